@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/diagnose"
+	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+)
+
+// checkOptions are the flags shared by `diagnose` and `run` (DESIGN §8).
+type checkOptions struct {
+	kubeconfig       string
+	nodeName         string
+	root             string
+	scheduler        string
+	kubeProxyMetrics string
+	probeIPs         []string
+	probeInterface   string
+}
+
+func (o *checkOptions) addFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for cluster checks (Services, kube-proxy ConfigMap, MetalLB); none means node-local checks only")
+	f.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, else the hostname)")
+	f.StringVar(&o.root, "root", "/", "prefix for every host path read or written (/proc, /sys, /lib/modules, /etc, /run, /usr/lib)")
+	f.StringVar(&o.scheduler, "scheduler", "", "IPVS scheduler (default: from kube-proxy's /configz or ConfigMap, else rr)")
+	f.StringVar(&o.kubeProxyMetrics, "kube-proxy-metrics-address", "127.0.0.1:10249", "where kube-proxy serves /proxyMode and /configz")
+	f.StringSliceVar(&o.probeIPs, "probe-ip", nil, "ARP-probe these IPs (repeatable or comma-separated)")
+	f.StringVar(&o.probeInterface, "interface", "", "interface to ARP-probe on (default: from a route lookup)")
+}
+
+// node returns the node name, falling back to the hostname.
+func (o *checkOptions) node() string {
+	if o.nodeName != "" {
+		return o.nodeName
+	}
+	h, _ := os.Hostname()
+	return h
+}
+
+func newDiagnoseCommand() *cobra.Command {
+	var (
+		opts   checkOptions
+		fix    bool
+		output string
+	)
+	cmd := &cobra.Command{
+		Use:   "diagnose",
+		Short: "Run every check once, print a report with the fix, exit 0 healthy / 1 problems / 2 could not check",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "text" && output != "json" {
+				return fmt.Errorf("--output must be text or json, not %q", output)
+			}
+			root := hostfs.New(opts.root)
+			kernel, _ := root.KernelRelease()
+			checkers, err := opts.checkers(root, fix)
+			if err != nil {
+				return err
+			}
+			report := diagnose.Run(cmd.Context(), opts.node(), kernel, checkers)
+			if output == "json" {
+				err = report.WriteJSON(cmd.OutOrStdout())
+			} else {
+				err = report.WriteText(cmd.OutOrStdout())
+			}
+			if err != nil {
+				return err
+			}
+			if code := report.ExitCode(); code != 0 {
+				return exitError{code}
+			}
+			return nil
+		},
+	}
+	opts.addFlags(cmd)
+	cmd.Flags().BoolVar(&fix, "fix", false, "repair what can be repaired (load modules, write the modules-load.d file); without it nothing is changed")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	return cmd
+}
+
+// checkers builds the checks diagnose runs, in report order.
+func (o *checkOptions) checkers(root hostfs.Root, remediate bool) ([]check.Checker, error) {
+	var cs []check.Checker
+	return cs, nil
+}

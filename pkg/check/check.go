@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package check
+
+import (
+	"context"
+	"fmt"
+)
+
+// Status is the outcome of one check run.
+type Status string
+
+const (
+	// StatusOK means the check ran and found nothing wrong.
+	StatusOK Status = "ok"
+	// StatusProblem means the check ran and found a problem on the node.
+	StatusProblem Status = "problem"
+	// StatusError means the check could not run (infrastructure failure).
+	StatusError Status = "error"
+	// StatusSkipped means the check had nothing to look at; it never makes a run unhealthy.
+	StatusSkipped Status = "skipped"
+)
+
+// Check names, stable: they appear in the JSON report, metrics labels and logs.
+const (
+	NameModules    = "modules"
+	NameKubeProxy  = "kube-proxy"
+	NameIPVS       = "ipvs"
+	NameARPSysctls = "arp-sysctls"
+	NameARP        = "arp"
+)
+
+// Finding is one observation of a check, rendered as a line in the text report
+// and marshalled as an object in the JSON report.
+type Finding interface {
+	// String renders the finding as one human-readable line.
+	String() string
+}
+
+// Result is what a check reports. Reason is a stable UpperCamelCase token
+// (it becomes a Node condition reason); Message names the exact module, IP,
+// MAC or sysctl and the fix.
+type Result struct {
+	// Name is the check's name, one of the Name* constants.
+	Name string `json:"name"`
+	// Status is the outcome.
+	Status Status `json:"status"`
+	// Reason is a stable UpperCamelCase token explaining Status.
+	Reason string `json:"reason"`
+	// Message is a human-readable sentence naming what is wrong and how to fix it.
+	Message string `json:"message"`
+	// Findings are the individual observations (one per module, IP, …).
+	Findings []Finding `json:"findings"`
+	// Remediation holds the exact fix, one step per entry (file content, commands).
+	Remediation []string `json:"remediation"`
+	// Actions lists what the check changed on the node when remediation was enabled.
+	Actions []string `json:"actions,omitempty"`
+}
+
+// Checker is one check, shared by the agent loop and the diagnose command.
+//
+// Run observes the current state (and, when the checker was built with
+// remediation enabled, repairs it and observes again) and returns the result.
+// A non-nil error means the check could not run at all (an infrastructure
+// failure such as EPERM on netlink or an unreadable /proc); findings on the
+// node are never errors.
+type Checker interface {
+	// Name returns the check's stable name.
+	Name() string
+	// Run performs the check once.
+	Run(ctx context.Context) (Result, error)
+}
+
+// Errored builds the Result for a check that could not run.
+func Errored(name string, err error) Result {
+	return Result{
+		Name:    name,
+		Status:  StatusError,
+		Reason:  "CheckFailed",
+		Message: fmt.Sprintf("%s check could not run: %v", name, err),
+	}
+}
+
+// Skipped builds the Result for a check that had nothing to look at.
+func Skipped(name, reason, message string) Result {
+	return Result{Name: name, Status: StatusSkipped, Reason: reason, Message: message}
+}
+
+// Func adapts a function to the Checker interface.
+type Func struct {
+	// CheckName is returned by Name.
+	CheckName string
+	// Fn is called by Run.
+	Fn func(ctx context.Context) (Result, error)
+}
+
+// Name implements Checker.
+func (f Func) Name() string { return f.CheckName }
+
+// Run implements Checker.
+func (f Func) Run(ctx context.Context) (Result, error) { return f.Fn(ctx) }

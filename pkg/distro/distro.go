@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package distro tells which Kubernetes distribution set up a node (RKE2,
+// RKE1, kubeadm) from files on the host, and words kube-proxy remediation the
+// way that distribution expects it to be done. It only reads.
+package distro
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+)
+
+// Distro is a Kubernetes distribution.
+type Distro string
+
+const (
+	// RKE2 is Rancher's RKE2 (kube-proxy is a static pod configured from /etc/rancher/rke2/config.yaml).
+	RKE2 Distro = "rke2"
+	// RKE1 is Rancher's RKE (kube-proxy is a container configured from cluster.yml).
+	RKE1 Distro = "rke1"
+	// Kubeadm is a kubeadm cluster (kube-proxy is a DaemonSet configured from the kube-proxy ConfigMap).
+	Kubeadm Distro = "kubeadm"
+	// Unknown is any other node.
+	Unknown Distro = "unknown"
+)
+
+// markers are checked in order; the first distro with an existing marker wins.
+var markers = []struct {
+	d     Distro
+	paths []string
+}{
+	{RKE2, []string{"/etc/rancher/rke2/config.yaml", "/etc/rancher/rke2", "/var/lib/rancher/rke2"}},
+	{RKE1, []string{"/etc/kubernetes/ssl/kubecfg-kube-proxy.yaml", "/etc/kubernetes/ssl/kube-proxy.pem"}},
+	{Kubeadm, []string{"/var/lib/kubelet/kubeadm-flags.env", "/etc/kubernetes/kubelet.conf"}},
+}
+
+// Detect returns the distribution that set up the node at root.
+func Detect(root hostfs.Root) Distro {
+	for _, m := range markers {
+		for _, p := range m.paths {
+			if _, err := os.Stat(root.Path(p)); err == nil {
+				return m.d
+			}
+		}
+	}
+	return Unknown
+}
+
+// KubeProxySettings are kube-proxy settings a remediation asks for.
+type KubeProxySettings struct {
+	// Scheduler is the IPVS scheduler (e.g. "rr", "lc"); empty leaves it out.
+	Scheduler string
+	// StrictARP asks for strict ARP (required by MetalLB layer 2 with IPVS).
+	StrictARP bool
+}
+
+// KubeProxyRemediation returns the steps that put kube-proxy into IPVS mode
+// with the given settings on this distribution.
+func (d Distro) KubeProxyRemediation(s KubeProxySettings) []string {
+	flags := []string{"proxy-mode=ipvs"}
+	if s.Scheduler != "" {
+		flags = append(flags, "ipvs-scheduler="+s.Scheduler)
+	}
+	if s.StrictARP {
+		flags = append(flags, "ipvs-strict-arp=true")
+	}
+	switch d {
+	case RKE2:
+		var b strings.Builder
+		b.WriteString("RKE2: add to /etc/rancher/rke2/config.yaml on every server node (editing the kube-proxy static pod manifest is reverted on restart):\nkube-proxy-arg:\n")
+		for _, f := range flags {
+			fmt.Fprintf(&b, "  - %s\n", f)
+		}
+		return []string{strings.TrimSuffix(b.String(), "\n"), "then restart: systemctl restart rke2-server (or rke2-agent on agents)"}
+	case RKE1:
+		var b strings.Builder
+		b.WriteString("RKE1: set in cluster.yml, then run rke up:\nservices:\n  kubeproxy:\n    extra_args:\n")
+		for _, f := range flags {
+			k, v, _ := strings.Cut(f, "=")
+			fmt.Fprintf(&b, "      %s: %q\n", k, v)
+		}
+		return []string{strings.TrimSuffix(b.String(), "\n")}
+	default:
+		var b strings.Builder
+		b.WriteString("kubeadm: kubectl -n kube-system edit configmap kube-proxy, in config.conf set:\nmode: ipvs\nipvs:\n")
+		if s.Scheduler != "" {
+			fmt.Fprintf(&b, "  scheduler: %s\n", s.Scheduler)
+		}
+		if s.StrictARP {
+			b.WriteString("  strictARP: true\n")
+		}
+		return []string{strings.TrimSuffix(b.String(), "\n"), "then: kubectl -n kube-system rollout restart daemonset kube-proxy"}
+	}
+}
