@@ -29,9 +29,9 @@ apt_ensure() {
 	(
 		flock 9
 		if [ ! -f /var/lib/apt/periodic/ipvs-guard-updated ] || [ -n "$(find /var/lib/apt/periodic/ipvs-guard-updated -mmin +360 2>/dev/null)" ]; then
-			as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+			as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq
 			as_root mkdir -p /var/lib/apt/periodic && as_root touch /var/lib/apt/periodic/ipvs-guard-updated
 		fi
-		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-	) 9>"$CACHE_DIR/.apt.lock"
+		as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	) 9>/var/lock/ipvs-guard-apt.lock
 }
