@@ -239,27 +239,40 @@ func (c *Checker) remediation(obs *Observation, p problems) []string {
 		d = distro.Detect(c.cfg.Root)
 	}
 	if len(p.notInKernel) > 0 {
-		var scheds []string
+		var shipped []string
 		for n := range obs.Index.Deps {
 			if s, ok := strings.CutPrefix(n, "ip_vs_"); ok && isScheduler(s) {
-				scheds = append(scheds, s)
+				shipped = append(shipped, s)
 			}
 		}
 		for n := range obs.Index.Builtin {
-			if s, ok := strings.CutPrefix(n, "ip_vs_"); ok && isScheduler(s) && !contains(scheds, s) {
-				scheds = append(scheds, s)
+			if s, ok := strings.CutPrefix(n, "ip_vs_"); ok && isScheduler(s) && !contains(shipped, s) {
+				shipped = append(shipped, s)
 			}
 		}
-		sort.Strings(scheds)
-		line := fmt.Sprintf("Kernel %s does not ship %s: install the kernel's extra modules package (e.g. Ubuntu linux-modules-extra-%s) or boot a kernel with CONFIG_IP_VS", obs.Release, describe(p.notInKernel), obs.Release)
-		if len(scheds) > 0 {
-			line += fmt.Sprintf("; or set kube-proxy's IPVS scheduler to one this kernel ships (%s)", strings.Join(scheds, ", "))
+		sort.Strings(shipped)
+		var scheds, others []string
+		for _, m := range p.notInKernel {
+			if m == SchedulerModule(c.cfg.Scheduler) && !contains(baseModules, m) {
+				scheds = append(scheds, m)
+			} else {
+				others = append(others, m)
+			}
+		}
+		var line string
+		if len(others) > 0 {
+			line = fmt.Sprintf("Kernel %s does not ship %s: install the kernel's extra modules package (e.g. Ubuntu linux-modules-extra-%s) or boot a kernel with CONFIG_IP_VS", obs.Release, describe(p.notInKernel), obs.Release)
+		} else {
+			line = fmt.Sprintf("Kernel %s has no IPVS scheduler %q (%s)", obs.Release, strings.TrimPrefix(scheds[0], "ip_vs_"), scheds[0])
+		}
+		if len(shipped) > 0 {
+			line += fmt.Sprintf("; set kube-proxy's IPVS scheduler to one this kernel ships: %s", strings.Join(shipped, ", "))
 		}
 		out = append(out, line+".")
 	}
 	_, m, err := c.ownedMerge(obs)
 	if err == nil && m.Changed {
-		out = append(out, fmt.Sprintf("Declare the modules for boot on every node: %s must read:\n%s", c.cfg.DeclarationFile, strings.TrimRight(strings.ReplaceAll(string(m.Content), "\r", ""), "\n")))
+		out = append(out, fmt.Sprintf("Declare the modules for boot on every node: %s must read (ipvs-guard diagnose --fix writes it, keeping every other line):\n%s", c.cfg.DeclarationFile, strings.TrimRight(strings.ReplaceAll(string(m.Content), "\r", ""), "\n")))
 	}
 	if len(p.notLoaded) > 0 {
 		out = append(out, fmt.Sprintf("Load them now, as root on the node: ipvs-guard diagnose --fix (or by hand: modprobe -a %s).", strings.Join(p.notLoaded, " ")))
