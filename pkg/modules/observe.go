@@ -203,4 +203,3 @@ func isAre(names []string) string {
 	}
 	return "are"
 }
-
