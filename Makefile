@@ -12,7 +12,7 @@ VPKG := github.com/ipvs-guard/ipvs-guard/pkg/version
 LDFLAGS := -s -w -X $(VPKG).Version=$(VERSION) -X $(VPKG).Commit=$(COMMIT) -X $(VPKG).BuildDate=$(BUILD_DATE)
 export IPVS_GUARD_CACHE ?= $(CURDIR)/.cache
 
-.PHONY: all build demo test lint test-lint test-unit test-fuzz clean
+.PHONY: all build demo test lint test-lint test-unit test-fuzz bench-diagnose clean
 
 all: build
 
@@ -39,6 +39,10 @@ test-unit:
 test-fuzz:
 	@echo "--- tier: fuzz"
 	hack/fuzz.sh $${FUZZTIME:-5s}
+
+## bench-diagnose: wall time and peak RSS of diagnose --root over the captured host trees
+bench-diagnose:
+	hack/bench-diagnose.sh $${RUNS:-20}
 
 clean:
 	rm -rf bin
