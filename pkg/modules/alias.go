@@ -29,7 +29,7 @@ func ParseModulesAlias(r io.Reader) ([]Alias, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(c.Softdeps)+len(c.Options)+len(c.Blacklist) > 0 {
+	if len(c.Softdeps)+len(c.Options)+len(c.Blacklist)+len(c.Install) > 0 {
 		return nil, fmt.Errorf("modules.alias holds commands other than alias")
 	}
 	return c.Aliases, nil

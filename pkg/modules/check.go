@@ -133,7 +133,10 @@ func (c *Checker) remediate(ctx context.Context, obs *Observation) (actions, fai
 	if _, m, err := c.ownedMerge(obs); err != nil {
 		failures = append(failures, err.Error())
 	} else if m.Changed {
-		if err := WriteFileAtomic(path, m.Content, 0o644); err != nil {
+		if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			target, _ := os.Readlink(path)
+			failures = append(failures, fmt.Sprintf("did not write %s: it is a symbolic link to %s (a link to /dev/null masks it); ipvs-guard writes only a regular file it owns", c.cfg.DeclarationFile, target))
+		} else if err := WriteFileAtomic(path, m.Content, 0o644); err != nil {
 			failures = append(failures, fmt.Sprintf("could not write %s: %v", c.cfg.DeclarationFile, rootCause(err)))
 			log.Error(err, "Writing the module declaration file failed")
 		} else {

@@ -484,3 +484,21 @@ func appendFile(t *testing.T, p, s string) {
 }
 
 var _ = syscall.EEXIST
+
+func TestMaskedOwnedFileIsNotReplaced(t *testing.T) {
+	dir := copyTree(t, "debian12")
+	owned := filepath.Join(dir, "etc/modules-load.d/ipvs.conf")
+	must(t, os.Symlink("/dev/null", owned))
+	c := NewChecker(Config{Root: hostfs.New(dir), Remediate: true, Loader: &procLoader{root: dir}})
+	res, err := c.Run(context.Background())
+	must(t, err)
+	if !strings.Contains(res.Message, "did not write /etc/modules-load.d/ipvs.conf: it is a symbolic link to /dev/null") {
+		t.Errorf("message: %s", res.Message)
+	}
+	if target, err := os.Readlink(owned); err != nil || target != "/dev/null" {
+		t.Errorf("the mask was replaced: %q %v", target, err)
+	}
+	if res.Reason != ReasonModulesNotPersisted {
+		t.Errorf("reason = %s", res.Reason)
+	}
+}

@@ -32,6 +32,9 @@ var (
 	ErrKernelMismatch = errors.New("module tree is not the running kernel's")
 	// ErrNotSupported: module loading is not available on this platform.
 	ErrNotSupported = errors.New("module loading is not supported on this platform")
+	// ErrInstallCommand: modprobe.d replaces the module's loading with an
+	// install command, which ipvs-guard never runs.
+	ErrInstallCommand = errors.New("modprobe.d has an install command for it, which ipvs-guard does not run")
 )
 
 // maxModuleSize bounds a decompressed module image (the largest in-tree
@@ -73,6 +76,7 @@ type NativeLoader struct {
 	softdeps    map[string]Softdep
 	options     map[string]string
 	blacklist   map[string]bool
+	install     map[string]string
 	compression string // contents of /sys/module/compression
 	k           kernel
 	loaded      map[string]bool
@@ -134,6 +138,7 @@ func newLoader(root hostfs.Root, release string, k kernel) (*NativeLoader, error
 	l.confAliases = conf.Aliases
 	l.options = conf.Options
 	l.blacklist = conf.Blacklist
+	l.install = conf.Install
 	for m, s := range conf.Softdeps { // modprobe.d softdeps replace depmod's, as in kmod
 		l.softdeps[m] = s
 	}
@@ -220,7 +225,7 @@ func (l *NativeLoader) loadRequested(ctx context.Context, name string) error {
 	if l.ix.IsBuiltin(name) || l.loaded[name] {
 		return nil
 	}
-	cands := l.lookup(name, false)
+	cands := l.lookup(name)
 	if len(cands) == 0 {
 		return fmt.Errorf("loading %s: %w: not in modules.dep, modules.builtin or modules.alias of kernel %s", name, ErrModuleNotFound, l.ix.Release)
 	}
@@ -240,8 +245,8 @@ func (l *NativeLoader) loadRequested(ctx context.Context, name string) error {
 
 // lookup resolves a name to module names the way kmod does: modprobe.d
 // aliases, then a module of that name, then modules.alias (blacklisted
-// modules skipped when viaAlias filtering applies), then built-ins.
-func (l *NativeLoader) lookup(name string, softdep bool) []string {
+// modules skipped), then built-ins.
+func (l *NativeLoader) lookup(name string) []string {
 	if c := resolveAlias(l.confAliases, name); len(c) > 0 {
 		return c
 	}
@@ -273,6 +278,9 @@ func (l *NativeLoader) insertTree(ctx context.Context, name string, visiting map
 		return fmt.Errorf("loading %s: %w", name, err)
 	}
 	visiting[name] = true
+	if cmd, ok := l.install[name]; ok {
+		return fmt.Errorf("loading %s: %w (install %s %s)", name, ErrInstallCommand, name, cmd)
+	}
 	e, ok := l.ix.Deps[name]
 	if !ok {
 		return fmt.Errorf("loading %s: %w: not in modules.dep or modules.builtin of kernel %s", name, ErrModuleNotFound, l.ix.Release)
@@ -295,7 +303,7 @@ func (l *NativeLoader) insertTree(ctx context.Context, name string, visiting map
 // softLoad loads soft dependencies; like kmod it ignores their failures.
 func (l *NativeLoader) softLoad(ctx context.Context, of, kind string, names []string, visiting map[string]bool) {
 	for _, s := range names {
-		for _, c := range l.lookup(s, true) {
+		for _, c := range l.lookup(s) {
 			if err := l.insertTree(ctx, c, visiting); err != nil {
 				klog.FromContext(ctx).V(2).Info("Soft dependency not loaded", "module", of, "softdep", kind, "candidate", c, "err", err)
 			}
@@ -335,6 +343,9 @@ func (l *NativeLoader) finit(path, params string) error {
 	var magic [4]byte
 	if _, err := io.ReadFull(f, magic[:]); err != nil || !isELF(magic[:]) {
 		return ErrNotELF
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
 	}
 	return l.k.FinitModule(int(f.Fd()), params, 0)
 }
