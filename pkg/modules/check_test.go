@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
@@ -250,7 +251,7 @@ func TestRemediateAndIdempotence(t *testing.T) {
 	}
 	loader := &procLoader{root: dir}
 	c := NewChecker(Config{Root: hostfs.New(dir), Remediate: true, Loader: loader})
-	res, err := c.Run(context.Background())
+	res, err := c.Run(testCtx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +284,7 @@ func TestRemediateAndIdempotence(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := statOf(t, owned)
-	res, err = c.Run(context.Background())
+	res, err = c.Run(testCtx(t))
 	if err != nil || res.Status != check.StatusOK || len(res.Actions) != 0 {
 		t.Fatalf("second run: %v %+v", err, res)
 	}
@@ -314,7 +315,7 @@ func TestObserveOnlyChangesNothing(t *testing.T) {
 	dir := copyTree(t, "debian12")
 	loader := &procLoader{root: dir}
 	c := NewChecker(Config{Root: hostfs.New(dir), Loader: loader})
-	res, err := c.Run(context.Background())
+	res, err := c.Run(testCtx(t))
 	if err != nil || res.Status != check.StatusProblem || res.Reason != ReasonModulesNotLoaded {
 		t.Fatalf("got %v %+v", err, res)
 	}
@@ -330,7 +331,7 @@ func TestStaleInForeignFileIsNotEdited(t *testing.T) {
 	dir := copyTree(t, "ubuntu2404")
 	before, _ := os.ReadFile(filepath.Join(dir, "etc/modules"))
 	c := NewChecker(Config{Root: hostfs.New(dir), Scheduler: "lc", Remediate: true, Loader: &procLoader{root: dir}})
-	res, err := c.Run(context.Background())
+	res, err := c.Run(testCtx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +355,7 @@ func TestReadOnlyEtc(t *testing.T) {
 	makeReadOnly(t, mld)
 	loader := &procLoader{root: dir}
 	c := NewChecker(Config{Root: hostfs.New(dir), Remediate: true, Loader: loader})
-	res, err := c.Run(context.Background())
+	res, err := c.Run(testCtx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,7 +437,7 @@ func TestBadInputIsAnErrorNotAPanic(t *testing.T) {
 			dir := copyTree(t, "debian12")
 			tc.mutate(t, dir)
 			c := NewChecker(Config{Root: hostfs.New(dir)})
-			rep := diagnose.Run(context.Background(), "n", "", []check.Checker{c})
+			rep := diagnose.Run(testCtx(t), "n", "", []check.Checker{c})
 			if rep.ExitCode() != diagnose.ExitError {
 				t.Fatalf("exit = %d, want %d; %+v", rep.ExitCode(), diagnose.ExitError, rep.Checks)
 			}
@@ -450,7 +451,7 @@ func TestBadInputIsAnErrorNotAPanic(t *testing.T) {
 func TestKernelMismatchDoesNotLoad(t *testing.T) {
 	dir := copyTree(t, "debian12")
 	c := NewChecker(Config{Root: hostfs.New(dir), Remediate: true}) // native loader
-	res, err := c.Run(context.Background())
+	res, err := c.Run(testCtx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -490,7 +491,7 @@ func TestMaskedOwnedFileIsNotReplaced(t *testing.T) {
 	owned := filepath.Join(dir, "etc/modules-load.d/ipvs.conf")
 	must(t, os.Symlink("/dev/null", owned))
 	c := NewChecker(Config{Root: hostfs.New(dir), Remediate: true, Loader: &procLoader{root: dir}})
-	res, err := c.Run(context.Background())
+	res, err := c.Run(testCtx(t))
 	must(t, err)
 	if !strings.Contains(res.Message, "did not write /etc/modules-load.d/ipvs.conf: it is a symbolic link to /dev/null") {
 		t.Errorf("message: %s", res.Message)
@@ -501,4 +502,10 @@ func TestMaskedOwnedFileIsNotReplaced(t *testing.T) {
 	if res.Reason != ReasonModulesNotPersisted {
 		t.Errorf("reason = %s", res.Reason)
 	}
+}
+
+// testCtx returns a context whose logger writes through t.Log.
+func testCtx(t *testing.T) context.Context {
+	_, ctx := ktesting.NewTestContext(t)
+	return ctx
 }
