@@ -114,7 +114,7 @@ func (c *Checker) ownedMerge(obs *Observation) (existing []byte, m MergeResult, 
 	}
 	var want []string
 	for _, f := range obs.Findings {
-		if f.wanted && (f.Available || obs.Index.DepMissing) {
+		if f.wanted && !f.Builtin && (f.Available || obs.Index.DepMissing) {
 			want = append(want, f.Module)
 		}
 	}

@@ -127,6 +127,12 @@ func TestObserveBuiltinAndSysModule(t *testing.T) {
 	if f := findingOf(t, o, "ip_vs_sh"); !f.Loaded || !f.Builtin || !f.Available {
 		t.Errorf("builtin ip_vs_sh = %+v", f)
 	}
+	if p := o.problems(); contains(p.notPersisted, "ip_vs_sh") || contains(p.notLoaded, "ip_vs_sh") {
+		t.Errorf("a built-in module needs neither loading nor declaring: %+v", p)
+	}
+	if got := findingOf(t, o, "ip_vs_sh").String(); got != "ip_vs_sh: built in" {
+		t.Errorf("String() = %q", got)
+	}
 	if f := findingOf(t, o, "ip_vs_wrr"); !f.Loaded || f.Builtin {
 		t.Errorf("ip_vs_wrr in /sys/module = %+v", f)
 	}

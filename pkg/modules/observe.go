@@ -3,6 +3,7 @@
 package modules
 
 import (
+	"fmt"
 	"os"
 	"sort"
 	"strings"
@@ -36,6 +37,10 @@ type Finding struct {
 // String renders the finding as one line, e.g.
 // "ip_vs_rr: loaded, available, declared in /etc/modules-load.d/ipvs.conf".
 func (f Finding) String() string {
+	if !f.wanted {
+		// A stale declaration of a module IPVS mode does not need here.
+		return fmt.Sprintf("%s: not in kernel %s, STALE declaration in %s (not needed by IPVS mode on this kernel)", f.Module, f.release, strings.Join(f.DeclaredIn, ", "))
+	}
 	var parts []string
 	switch {
 	case f.Builtin:
@@ -61,7 +66,7 @@ func (f Finding) String() string {
 		parts = append(parts, "STALE declaration in "+strings.Join(f.DeclaredIn, ", "))
 	case f.Declared:
 		parts = append(parts, "declared in "+strings.Join(f.DeclaredIn, ", "))
-	case !f.wanted || (!f.Available && !f.Builtin):
+	case f.Builtin || !f.Available:
 	default:
 		parts = append(parts, "NOT DECLARED for boot")
 	}
@@ -117,6 +122,9 @@ func Observe(root hostfs.Root, scheduler string) (*Observation, error) {
 		}
 	}
 	inSys := func(name string) bool {
+		if !validModuleName(name) || name == "." || name == ".." {
+			return false
+		}
 		_, err := os.Stat(root.Path("/sys/module", name))
 		return err == nil
 	}
@@ -175,7 +183,7 @@ func (o *Observation) problems() problems {
 			case !f.Loaded:
 				p.notLoaded = append(p.notLoaded, f.Module)
 			}
-			if !f.Declared && (f.Available || o.Index.DepMissing) {
+			if !f.Declared && !f.Builtin && (f.Available || o.Index.DepMissing) {
 				p.notPersisted = append(p.notPersisted, f.Module)
 			}
 		}
