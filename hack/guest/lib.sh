@@ -320,7 +320,12 @@ guest_boot() {
 	if [ "${GUEST_QUIET:-0}" = 1 ]; then
 		timeout -k 10 "${GUEST_TIMEOUT:-600}" "${cmd[@]}" </dev/null >"$run/console.log" 2>&1 || rc=$?
 	else
-		timeout -k 10 "${GUEST_TIMEOUT:-600}" "${cmd[@]}" </dev/null 2>&1 | tr -d '\r' | tee "$run/console.log" || rc=${PIPESTATUS[0]}
+		# GUEST_CONSOLE_FILTER=1 hides kernel messages and the exit marker.
+		local filter='^ipvs-guard-guest-exit |^\[ *[0-9]+\.[0-9]+\] '
+		[ "${GUEST_CONSOLE_FILTER:-0}" = 1 ] || filter='^$^'
+		timeout -k 10 "${GUEST_TIMEOUT:-600}" "${cmd[@]}" </dev/null 2>&1 | tr -d '\r' | tee "$run/console.log" |
+			{ grep --line-buffered -vE "$filter" || true; }
+		rc=${PIPESTATUS[0]}
 	fi
 	local marker
 	marker=$(tr -d '\r' <"$run/console.log" | sed -n "s/^ipvs-guard-guest-exit $nonce \([0-9][0-9]*\)\$/\1/p" | tail -n1)
