@@ -12,7 +12,7 @@ VPKG := github.com/ipvs-guard/ipvs-guard/pkg/version
 LDFLAGS := -s -w -X $(VPKG).Version=$(VERSION) -X $(VPKG).Commit=$(COMMIT) -X $(VPKG).BuildDate=$(BUILD_DATE)
 export IPVS_GUARD_CACHE ?= $(CURDIR)/.cache
 
-.PHONY: all build demo test lint test-lint test-unit test-fuzz bench-diagnose clean
+.PHONY: all build demo test lint test-lint test-unit test-fuzz test-guest bench-diagnose bench-guest guest-shell clean
 
 all: build
 
@@ -21,7 +21,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/ipvs-guard
 
 ## test: every tier, each named so a failure says where it broke
-test: test-lint test-unit test-fuzz
+test: test-lint test-unit test-fuzz test-guest
 	@echo "all test tiers passed"
 
 ## lint: go vet, gofmt, go mod tidy check
@@ -43,6 +43,22 @@ test-fuzz:
 ## bench-diagnose: wall time and peak RSS of diagnose --root over the captured host trees
 bench-diagnose:
 	hack/bench-diagnose.sh $${RUNS:-20}
+
+## test-guest: guest-tagged tests inside a stock Debian kernel under QEMU (hack/guest/README.md)
+test-guest:
+	hack/guest/test.sh
+
+## bench-guest: module loading in the guest kernel, ipvs-guard vs kmod modprobe (ratio)
+bench-guest:
+	hack/guest/bench.sh
+
+## demo: boot the guest kernel; diagnose finds the missing IPVS modules, --fix repairs, healthy again
+demo:
+	@hack/guest/demo.sh
+
+## guest-shell: an interactive shell in the guest kernel with ipvs-guard (Ctrl-a x quits)
+guest-shell:
+	hack/guest/shell.sh
 
 clean:
 	rm -rf bin
