@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/diagnose"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
@@ -85,8 +86,23 @@ func newDiagnoseCommand() *cobra.Command {
 	return cmd
 }
 
+// arpChecker builds the arp check over --probe-ip (and --interface). Without
+// probe IPs it has nothing to look at and reports skipped.
+func (o *checkOptions) arpChecker() (check.Checker, error) {
+	targets, err := arpcheck.ParseTargets(o.probeIPs, o.probeInterface)
+	if err != nil {
+		return nil, err
+	}
+	return arpcheck.NewChecker(arpcheck.CheckerOptions{Targets: arpcheck.StaticTargets(targets...)})
+}
+
 // checkers builds the checks diagnose runs, in report order.
 func (o *checkOptions) checkers(root hostfs.Root, remediate bool) ([]check.Checker, error) {
 	var cs []check.Checker
+	arp, err := o.arpChecker()
+	if err != nil {
+		return nil, err
+	}
+	cs = append(cs, arp)
 	return cs, nil
 }
