@@ -3,11 +3,13 @@
 package arpcheck
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 
@@ -265,9 +267,12 @@ func (c *Checker) finding(t Target, iface string, o Observation) Finding {
 		ExpectedNode: t.ExpectedNode,
 		Service:      t.Service,
 	}
+	// Sorted, so that a message (and a Node condition) does not change with
+	// the order replies happened to arrive in.
+	macs := slices.SortedFunc(slices.Values(o.MACs), func(a, b net.HardwareAddr) int { return bytes.Compare(a, b) })
 	known := false
-	nodes := make([]string, len(o.MACs))
-	for i, m := range o.MACs {
+	nodes := make([]string, len(macs))
+	for i, m := range macs {
 		f.MACs = append(f.MACs, m.String())
 		if c.resolver != nil {
 			if n, ok := c.resolver(m); ok {

@@ -17,7 +17,7 @@ type Finding struct {
 	Interface string `json:"interface"`
 	// Result is the verdict.
 	Result Result `json:"result"`
-	// MACs are the distinct responders, in order of first reply; never null.
+	// MACs are the distinct responders, sorted; never null.
 	MACs []string `json:"macs"`
 	// RTTSeconds is the round-trip time of the first reply; 0 when none.
 	RTTSeconds float64 `json:"rtt_seconds"`

@@ -92,7 +92,8 @@ func ParseReply(frame []byte) (Reply, error) {
 	}
 	if arp.AddrType != layers.LinkTypeEthernet || arp.Protocol != layers.EthernetTypeIPv4 ||
 		arp.HwAddressSize != 6 || arp.ProtAddressSize != 4 {
-		return Reply{}, fmt.Errorf("ARP hardware type %d protocol %#04x: %w", arp.AddrType, uint16(arp.Protocol), errNotReply)
+		return Reply{}, fmt.Errorf("ARP hardware type %d (%d bytes), protocol %#04x (%d bytes): %w",
+			arp.AddrType, arp.HwAddressSize, uint16(arp.Protocol), arp.ProtAddressSize, errNotReply)
 	}
 	if arp.Operation != layers.ARPReply {
 		return Reply{}, fmt.Errorf("ARP operation %d: %w", arp.Operation, errNotReply)
