@@ -12,7 +12,7 @@ VPKG := github.com/ipvs-guard/ipvs-guard/pkg/version
 LDFLAGS := -s -w -X $(VPKG).Version=$(VERSION) -X $(VPKG).Commit=$(COMMIT) -X $(VPKG).BuildDate=$(BUILD_DATE)
 export IPVS_GUARD_CACHE ?= $(CURDIR)/.cache
 
-.PHONY: all build demo test lint test-lint test-unit test-fuzz clean
+.PHONY: all build demo test lint test-lint test-unit test-fuzz test-rules test-chart test-image clean
 
 all: build
 
@@ -21,7 +21,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/ipvs-guard
 
 ## test: every tier, each named so a failure says where it broke
-test: test-lint test-unit test-fuzz
+test: test-lint test-unit test-fuzz test-rules
 	@echo "all test tiers passed"
 
 ## lint: go vet, gofmt, go mod tidy check
@@ -39,6 +39,11 @@ test-unit:
 test-fuzz:
 	@echo "--- tier: fuzz"
 	hack/fuzz.sh $${FUZZTIME:-5s}
+
+## test-rules: promtool check/test of the shipped alert rules, promtool check metrics on a real scrape
+test-rules:
+	@echo "--- tier: rules"
+	hack/test-rules.sh
 
 clean:
 	rm -rf bin
