@@ -12,7 +12,7 @@ VPKG := github.com/ipvs-guard/ipvs-guard/pkg/version
 LDFLAGS := -s -w -X $(VPKG).Version=$(VERSION) -X $(VPKG).Commit=$(COMMIT) -X $(VPKG).BuildDate=$(BUILD_DATE)
 export IPVS_GUARD_CACHE ?= $(CURDIR)/.cache
 
-.PHONY: all build demo test lint test-lint test-unit test-fuzz test-netns test-guest bench-diagnose bench-guest bench-arp guest-shell clean
+.PHONY: all build demo test lint test-lint test-unit test-fuzz test-netns test-guest test-rules test-chart test-image bench-diagnose bench-guest bench-arp guest-shell clean
 
 all: build
 
@@ -21,7 +21,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/ipvs-guard
 
 ## test: every tier, each named so a failure says where it broke
-test: test-lint test-unit test-fuzz test-netns test-guest
+test: test-lint test-unit test-fuzz test-netns test-guest test-rules
 	@echo "all test tiers passed"
 
 ## lint: go vet, gofmt, go mod tidy check
@@ -68,6 +68,11 @@ test-netns:
 ## bench-arp: ARP figures (1,000 IPs vs arping, RTT vs arping, sharding rate)
 bench-arp:
 	hack/bench-arp.sh
+
+## test-rules: promtool check/test of the shipped alert rules, promtool check metrics on a real scrape
+test-rules:
+	@echo "--- tier: rules"
+	hack/test-rules.sh
 
 clean:
 	rm -rf bin
