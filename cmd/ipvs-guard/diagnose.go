@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/diagnose"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
@@ -91,6 +92,16 @@ func newDiagnoseCommand() *cobra.Command {
 	return cmd
 }
 
+// arpChecker builds the arp check over --probe-ip (and --interface). Without
+// probe IPs it has nothing to look at and reports skipped.
+func (o *checkOptions) arpChecker() (check.Checker, error) {
+	targets, err := arpcheck.ParseTargets(o.probeIPs, o.probeInterface)
+	if err != nil {
+		return nil, err
+	}
+	return arpcheck.NewChecker(arpcheck.CheckerOptions{Targets: arpcheck.StaticTargets(targets...)})
+}
+
 // checkers builds the checks diagnose runs, in report order. With remediate
 // false nothing they do may load a module or write a file.
 func (o *checkOptions) checkers(ctx context.Context, root hostfs.Root, remediate bool) ([]check.Checker, error) {
@@ -101,6 +112,11 @@ func (o *checkOptions) checkers(ctx context.Context, root hostfs.Root, remediate
 			Remediate: remediate,
 		}),
 	}
+	arp, err := o.arpChecker()
+	if err != nil {
+		return nil, err
+	}
+	cs = append(cs, arp)
 	return cs, nil
 }
 
