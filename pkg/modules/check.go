@@ -80,7 +80,15 @@ func (c *Checker) Name() string { return check.NameModules }
 // only when the state could not be read at all.
 func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	log := klog.FromContext(ctx).WithValues("check", check.NameModules)
-	obs, err := Observe(c.cfg.Root, c.cfg.Scheduler)
+	rel, err := c.cfg.Root.KernelRelease()
+	if err != nil {
+		return check.Result{}, err
+	}
+	ix, err := ReadIndex(c.cfg.Root, rel)
+	if err != nil {
+		return check.Result{}, err
+	}
+	obs, err := observeWith(c.cfg.Root, c.cfg.Scheduler, ix)
 	if err != nil {
 		return check.Result{}, err
 	}
@@ -88,7 +96,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	var failures []string
 	if c.cfg.Remediate {
 		actions, failures = c.remediate(klog.NewContext(ctx, log), obs)
-		if obs, err = Observe(c.cfg.Root, c.cfg.Scheduler); err != nil {
+		if obs, err = observeWith(c.cfg.Root, c.cfg.Scheduler, ix); err != nil {
 			return check.Result{}, err
 		}
 	}
@@ -162,7 +170,7 @@ func (c *Checker) remediate(ctx context.Context, obs *Observation) (actions, fai
 	}
 	loader := c.cfg.Loader
 	if loader == nil {
-		nl, err := NewNativeLoader(c.cfg.Root)
+		nl, err := nativeLoaderFor(c.cfg.Root, obs.Index)
 		if err != nil {
 			failures = append(failures, fmt.Sprintf("did not load %s: %v", strings.Join(toLoad, ", "), err))
 			return actions, failures

@@ -72,7 +72,8 @@ type NativeLoader struct {
 	root        hostfs.Root
 	ix          *Index
 	confAliases []Alias // modprobe.d
-	depAliases  []Alias // modules.alias
+	aliasFile   string  // path of modules.alias, read on the first alias lookup
+	aliasData   *string // its content once read ("" when missing)
 	softdeps    map[string]Softdep
 	options     map[string]string
 	blacklist   map[string]bool
@@ -104,6 +105,18 @@ func NewNativeLoader(root hostfs.Root) (*NativeLoader, error) {
 	return newLoader(root, rel, sysKernel{})
 }
 
+// nativeLoaderFor is NewNativeLoader reusing an index already read.
+func nativeLoaderFor(root hostfs.Root, ix *Index) (*NativeLoader, error) {
+	running, err := runningRelease()
+	if err != nil {
+		return nil, err
+	}
+	if ix.Release != running {
+		return nil, fmt.Errorf("%s holds kernel %s but the running kernel is %s: %w", root.Path("/lib/modules"), ix.Release, running, ErrKernelMismatch)
+	}
+	return loaderFromIndex(root, ix, sysKernel{})
+}
+
 // newLoader reads the module index and modprobe configuration of release
 // under root; k performs the syscalls.
 func newLoader(root hostfs.Root, release string, k kernel) (*NativeLoader, error) {
@@ -111,17 +124,16 @@ func newLoader(root hostfs.Root, release string, k kernel) (*NativeLoader, error
 	if err != nil {
 		return nil, err
 	}
+	return loaderFromIndex(root, ix, k)
+}
+
+func loaderFromIndex(root hostfs.Root, ix *Index, k kernel) (*NativeLoader, error) {
+	release := ix.Release
 	if ix.DepMissing {
 		return nil, fmt.Errorf("cannot load modules: %s does not exist (run depmod %s, or mount /lib/modules): %w", filepath.Join(ix.Dir, "modules.dep"), release, os.ErrNotExist)
 	}
-	l := &NativeLoader{root: root, ix: ix, k: k, softdeps: map[string]Softdep{}, options: map[string]string{}, blacklist: map[string]bool{}}
-	if err := parseFile(filepath.Join(ix.Dir, "modules.alias"), func(r io.Reader) error {
-		a, err := ParseModulesAlias(r)
-		l.depAliases = a
-		return err
-	}); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
+	l := &NativeLoader{root: root, ix: ix, k: k, softdeps: map[string]Softdep{}, options: map[string]string{}, blacklist: map[string]bool{},
+		aliasFile: filepath.Join(ix.Dir, "modules.alias")}
 	if err := parseFile(filepath.Join(ix.Dir, "modules.softdep"), func(r io.Reader) error {
 		s, err := ParseModulesSoftdep(r)
 		if s != nil {
@@ -254,7 +266,7 @@ func (l *NativeLoader) lookup(name string) []string {
 		return []string{name}
 	}
 	var out []string
-	for _, c := range resolveAlias(l.depAliases, name) {
+	for _, c := range l.moduleAliases(name) {
 		if !l.blacklist[c] {
 			out = append(out, c)
 		}
@@ -266,6 +278,21 @@ func (l *NativeLoader) lookup(name string) []string {
 		return []string{name}
 	}
 	return nil
+}
+
+// moduleAliases resolves name through modules.alias, reading the file on
+// first use (most loads never need it). A missing or unreadable file
+// resolves nothing.
+func (l *NativeLoader) moduleAliases(name string) []string {
+	if l.aliasData == nil {
+		b, err := os.ReadFile(l.aliasFile)
+		s := ""
+		if err == nil {
+			s = string(b)
+		}
+		l.aliasData = &s
+	}
+	return scanAliases(*l.aliasData, name)
 }
 
 // insertTree loads module name after its pre softdeps and its dependencies

@@ -101,6 +101,13 @@ func Observe(root hostfs.Root, scheduler string) (*Observation, error) {
 	if err != nil {
 		return nil, err
 	}
+	return observeWith(root, scheduler, ix)
+}
+
+// observeWith is Observe over an index already read (the kernel's module
+// files do not change between the observations of one check run).
+func observeWith(root hostfs.Root, scheduler string, ix *Index) (*Observation, error) {
+	rel := ix.Release
 	proc, err := ReadProcModules(root.Path("/proc/modules"))
 	if err != nil {
 		return nil, err
