@@ -21,7 +21,7 @@ for a in "$stage"/guest/tests/*/args; do
 done
 initrd=$(guest_pack "$GUEST_BASE" "$run")
 rc=0
-guest_boot "$GUEST_KDIR/vmlinuz" "$initrd" "$run" || rc=$?
+guest_boot "$GUEST_KERNEL" "$initrd" "$run" || rc=$?
 [ "$rc" = 0 ] || die "guest benchmarks failed (exit $rc)"
 
 # Mean ns/op per sub-benchmark of BenchmarkGuestLoadIPVSSet over all rounds.
