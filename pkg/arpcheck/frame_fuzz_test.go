@@ -51,7 +51,7 @@ func FuzzParseReply(f *testing.F) {
 		var mu sync.Mutex
 		st := &probeState{ip: netip.MustParseAddr("10.77.0.11"), sends: []time.Time{time.Now()}}
 		r := &reader{mac: proberMAC, src: netip.MustParseAddr("10.77.0.1"), states: map[netip.Addr]*probeState{st.ip: st}, mu: &mu}
-		r.handle(frame, time.Now())
+		r.handle(frame, time.Now(), time.Time{})
 		if len(st.macs) > 1 || len(st.macs) != len(st.arrived) {
 			t.Fatalf("one frame recorded %d responders", len(st.macs))
 		}
@@ -64,8 +64,8 @@ func TestCapturedRepliesConflict(t *testing.T) {
 	r := &reader{mac: mustMAC(t, "0e:a0:8d:9b:b2:a1"), src: netip.MustParseAddr("10.77.0.1"), states: map[netip.Addr]*probeState{st.ip: st}, mu: &mu}
 	for _, h := range capturedReplies {
 		b, _ := hex.DecodeString(h)
-		r.handle(b, time.Now())
-		r.handle(b, time.Now()) // a duplicate counts once
+		r.handle(b, time.Now(), time.Time{})
+		r.handle(b, time.Now(), time.Time{}) // a duplicate counts once
 	}
 	if got := classify(st.macs, nil); got != ResultConflict || len(st.macs) != 2 {
 		t.Errorf("captured replies gave %s with %v", got, st.macs)

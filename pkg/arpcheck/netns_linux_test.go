@@ -147,6 +147,9 @@ type arpingResult struct {
 	out  string
 }
 
+// arpingPrintOffset is what iputils arping (20221126) adds to every RTT it prints.
+const arpingPrintOffset = 500 * time.Microsecond
+
 var unicastReply = regexp.MustCompile(`(?m)^Unicast reply from (\S+) \[([0-9A-Fa-f:]{17})\]\s+([0-9.]+)ms`)
 
 // arping runs iputils arping in ns; it keeps broadcasting (-b) so that
@@ -179,7 +182,9 @@ func arping(t testing.TB, ns, iface, ip string, args ...string) arpingResult {
 		if err != nil {
 			t.Fatalf("parsing arping RTT %q: %v", m[3], err)
 		}
-		res.rtts = append(res.rtts, time.Duration(ms*float64(time.Millisecond)))
+		// iputils 20221126 formats the RTT as `usecs -= msecs*1000 - 500`,
+		// which prints 0.5 ms more than it measured: undo that.
+		res.rtts = append(res.rtts, time.Duration(ms*float64(time.Millisecond))-arpingPrintOffset)
 	}
 	slices.Sort(res.macs)
 	return res

@@ -9,7 +9,11 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
+	"syscall"
+	"time"
+	"unsafe"
 
 	"github.com/mdlayher/packet"
 	"github.com/vishvananda/netlink"
@@ -196,14 +200,61 @@ func (h HostNetwork) Listen(_ context.Context, r Route) (Socket, net.Addr, error
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening ARP socket on %s: %w", r.Interface, err)
 	}
-	if rc, err := conn.SyscallConn(); err == nil {
-		_ = rc.Control(func(fd uintptr) {
-			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, recvBuffer) != nil {
-				_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, recvBuffer)
-			}
-		})
+	bcast := &packet.Addr{HardwareAddr: ethernetBroadcast}
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return conn, bcast, nil
 	}
-	return conn, &packet.Addr{HardwareAddr: ethernetBroadcast}, nil
+	stamped := false
+	_ = rc.Control(func(fd uintptr) {
+		if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, recvBuffer) != nil {
+			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, recvBuffer)
+		}
+		stamped = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1) == nil
+	})
+	if !stamped {
+		return conn, bcast, nil
+	}
+	return &stampedConn{Conn: conn, rc: rc, oob: make([]byte, 128)}, bcast, nil
+}
+
+// stampedConn reads frames with the kernel's receive timestamp
+// (SO_TIMESTAMPNS), so a reply's RTT does not include the time the reader
+// goroutine took to be scheduled. One goroutine reads at a time (oob is
+// reused).
+type stampedConn struct {
+	*packet.Conn
+	rc  syscall.RawConn
+	oob []byte
+}
+
+// ReadFromStamped reads one frame and returns when the kernel received it.
+// It honours the read deadline like ReadFrom.
+func (c *stampedConn) ReadFromStamped(b []byte) (int, time.Time, error) {
+	var (
+		n, oobn int
+		rerr    error
+	)
+	err := c.rc.Read(func(fd uintptr) bool {
+		n, oobn, _, _, rerr = unix.Recvmsg(int(fd), b, c.oob, unix.MSG_DONTWAIT)
+		return rerr != unix.EAGAIN
+	})
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	if rerr != nil {
+		return 0, time.Time{}, os.NewSyscallError("recvmsg", rerr)
+	}
+	var ts time.Time
+	if msgs, err := unix.ParseSocketControlMessage(c.oob[:oobn]); err == nil {
+		for _, m := range msgs {
+			if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SCM_TIMESTAMPNS && len(m.Data) >= int(unsafe.Sizeof(unix.Timespec{})) {
+				t := (*unix.Timespec)(unsafe.Pointer(&m.Data[0]))
+				ts = time.Unix(t.Unix())
+			}
+		}
+	}
+	return n, ts, nil
 }
 
 // listenInNetNS opens the socket from a goroutine locked to a thread that is

@@ -176,6 +176,26 @@ func TestProber(t *testing.T) {
 	}
 }
 
+// TestProberReplyBeforeWriteReturns covers a reply read while WriteTo is
+// still returning (on a veth the whole exchange happens inside sendto): it
+// must count, with a positive RTT.
+func TestProberReplyBeforeWriteReturns(t *testing.T) {
+	a := mustMAC(t, "52:54:00:00:00:0a")
+	c := newFakeConn(segment(t, &responder{mac: a, ips: []netip.Addr{ip("10.0.0.9")}}))
+	c.syncReply = true
+	p := newTestProber(t, c, 50*time.Millisecond, 1)
+	obs, err := p.Probe(context.Background(), []netip.Addr{ip("10.0.0.9")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string][]string{"10.0.0.9": {a.String()}}, macsOf(obs)); diff != "" {
+		t.Errorf("responders (-want +got):\n%s", diff)
+	}
+	if obs[0].RTT <= 0 {
+		t.Errorf("RTT %v", obs[0].RTT)
+	}
+}
+
 func TestProberLateReplyNotCounted(t *testing.T) {
 	a := mustMAC(t, "52:54:00:00:00:0a")
 	c := newFakeConn(segment(t, &responder{mac: a, ips: []netip.Addr{ip("10.0.0.9")}, delay: 300 * time.Millisecond}))
