@@ -31,7 +31,7 @@ type fakeConn struct {
 	// syncReply makes WriteTo return only after the reader has taken every
 	// queued frame, as on a veth where the reply is queued inside sendto.
 	syncReply bool
-	respond  func(c *fakeConn, frame []byte)
+	respond   func(c *fakeConn, frame []byte)
 }
 
 func newFakeConn(respond func(c *fakeConn, frame []byte)) *fakeConn {
