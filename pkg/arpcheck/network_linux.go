@@ -18,6 +18,7 @@ import (
 	"github.com/mdlayher/packet"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -184,6 +185,24 @@ func linkHas(nh *netlink.Handle, link netlink.Link, ip netip.Addr) bool {
 	return false
 }
 
+// socketConfig attaches a kernel filter that passes only ARP replies, so the
+// reader is not woken by every ARP request on a busy segment.
+func socketConfig() (*packet.Config, error) {
+	const arpOpOffset = 14 + 6 // Ethernet header, then hardware/protocol type and sizes
+	prog, err := bpf.Assemble([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: 12, Size: 2},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.ETH_P_ARP, SkipTrue: 3},
+		bpf.LoadAbsolute{Off: arpOpOffset, Size: 2},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: 2, SkipTrue: 1}, // ARPOP_REPLY
+		bpf.RetConstant{Val: 1600},
+		bpf.RetConstant{Val: 0},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("assembling the ARP reply filter: %w", err)
+	}
+	return &packet.Config{Filter: prog}, nil
+}
+
 // Listen implements Network: an AF_PACKET socket for ARP frames on r's
 // interface, with a large receive buffer.
 func (h HostNetwork) Listen(_ context.Context, r Route) (Socket, net.Addr, error) {
@@ -192,10 +211,14 @@ func (h HostNetwork) Listen(_ context.Context, r Route) (Socket, net.Addr, error
 		conn *packet.Conn
 		err  error
 	)
+	cfg, err := socketConfig()
+	if err != nil {
+		return nil, nil, err
+	}
 	if h.NetNSPath == "" {
-		conn, err = packet.Listen(ifi, packet.Raw, unix.ETH_P_ARP, nil)
+		conn, err = packet.Listen(ifi, packet.Raw, unix.ETH_P_ARP, cfg)
 	} else {
-		conn, err = listenInNetNS(h.NetNSPath, ifi)
+		conn, err = listenInNetNS(h.NetNSPath, ifi, cfg)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening ARP socket on %s: %w", r.Interface, err)
@@ -261,7 +284,7 @@ func (c *stampedConn) ReadFromStamped(b []byte) (int, time.Time, error) {
 // moved into the namespace. The thread is never unlocked, so the runtime
 // retires it when the goroutine ends rather than reusing a thread in a
 // foreign namespace.
-func listenInNetNS(path string, ifi *net.Interface) (*packet.Conn, error) {
+func listenInNetNS(path string, ifi *net.Interface, cfg *packet.Config) (*packet.Conn, error) {
 	type result struct {
 		conn *packet.Conn
 		err  error
@@ -279,7 +302,7 @@ func listenInNetNS(path string, ifi *net.Interface) (*packet.Conn, error) {
 			ch <- result{err: fmt.Errorf("entering network namespace %s: %w", path, err)}
 			return
 		}
-		c, err := packet.Listen(ifi, packet.Raw, unix.ETH_P_ARP, nil)
+		c, err := packet.Listen(ifi, packet.Raw, unix.ETH_P_ARP, cfg)
 		ch <- result{conn: c, err: err}
 	}()
 	r := <-ch

@@ -191,8 +191,17 @@ func (p *Prober) Probe(ctx context.Context, ips []netip.Addr) ([]Observation, er
 
 	var mu sync.Mutex // guards every probeState
 	r := &reader{conn: p.conn, mac: p.mac, src: p.src, states: states, mu: &mu, logger: logger, ready: make(chan struct{})}
+	// A broken socket ends the round at once instead of after the window.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	readerDone := make(chan error, 1)
-	go func() { readerDone <- r.run() }()
+	go func() {
+		err := r.run()
+		if err != nil {
+			cancel(err)
+		}
+		readerDone <- err
+	}()
 	// Start sending once the reader is about to read: the first reply can
 	// come back within microseconds.
 	select {
@@ -215,12 +224,11 @@ func (p *Prober) Probe(ctx context.Context, ips []netip.Addr) ([]Observation, er
 		sendErr = sleepUntil(ctx, end)
 	}
 	r.stop()
-	readErr := <-readerDone
+	if readErr := <-readerDone; readErr != nil {
+		return nil, readErr
+	}
 	if sendErr != nil {
 		return nil, sendErr
-	}
-	if readErr != nil {
-		return nil, readErr
 	}
 
 	mu.Lock()
