@@ -368,11 +368,11 @@ func TestRejectsBadValues(t *testing.T) {
 }
 
 // TestDryRunOnAPIServer applies every rendering with server-side apply in
-// dry-run mode to a real kube-apiserver (KUBECONFIG, set by hack/test-chart.sh),
+// dry-run mode to a real kube-apiserver (IPVS_GUARD_TEST_KUBECONFIG, set by hack/test-chart.sh),
 // after installing the monitoring CRDs (MONITORING_CRDS).
 func TestDryRunOnAPIServer(t *testing.T) {
-	kubeconfig := os.Getenv("KUBECONFIG")
-	testenv.Require(t, kubeconfig != "", "no KUBECONFIG for a test API server (make test-chart starts one)")
+	kubeconfig := os.Getenv("IPVS_GUARD_TEST_KUBECONFIG")
+	testenv.Require(t, kubeconfig != "", "no IPVS_GUARD_TEST_KUBECONFIG for a test API server (make test-chart starts one)")
 	crds := os.Getenv("MONITORING_CRDS")
 	testenv.Require(t, crds != "", "no MONITORING_CRDS directory (make test-chart fetches it)")
 	kubectl := func(stdin string, args ...string) (string, error) {
