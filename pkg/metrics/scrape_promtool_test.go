@@ -75,7 +75,9 @@ func TestScrapeIsValidForPromtool(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- httpserver.New(ln.Addr().String(), httpserver.NewHandler(httpserver.Options{Gatherer: reg})).Serve(ctx, ln) }()
+	go func() {
+		done <- httpserver.New(ln.Addr().String(), httpserver.NewHandler(httpserver.Options{Gatherer: reg})).Serve(ctx, ln)
+	}()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
