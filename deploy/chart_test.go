@@ -463,7 +463,19 @@ func TestAdmissionPolicyOwnNodeOnly(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reading the server address: %v\n%s", err, server)
 	}
+	// asAgent runs kubectl as the agent; a "patch-status" pseudo-command
+	// sends the strategic-merge PATCH to nodes/NAME/status the way the agent
+	// does (kubectl patch would GET nodes/status first, which the agent's
+	// least-privilege role does not allow).
 	asAgent := func(args ...string) (string, error) {
+		if args[0] == "patch-status" {
+			cmd := exec.Command("curl", "-sS", "-k", "-X", "PATCH", "--fail-with-body",
+				"-H", "Authorization: Bearer "+strings.TrimSpace(token),
+				"-H", "Content-Type: application/strategic-merge-patch+json",
+				"--data", args[2], server+"/api/v1/nodes/"+args[1]+"/status")
+			out, err := cmd.CombinedOutput()
+			return string(out), err
+		}
 		cmd := exec.Command("kubectl", append([]string{"--kubeconfig", os.DevNull, "--server", server,
 			"--insecure-skip-tls-verify", "--token", strings.TrimSpace(token)}, args...)...)
 		out, err := cmd.CombinedOutput()
@@ -475,9 +487,9 @@ func TestAdmissionPolicyOwnNodeOnly(t *testing.T) {
 		args    []string
 		wantErr string // empty: must succeed
 	}{
-		{name: "own node status", args: []string{"patch", "node", "n1", "--subresource=status", "--type=strategic", "-p", condition}},
+		{name: "own node status", args: []string{"patch-status", "n1", condition}},
 		{name: "own node annotation", args: []string{"patch", "node", "n1", "--type=merge", "-p", `{"metadata":{"annotations":{"ipvs-guard.io/macs":"02:00:00:00:00:01"}}}`}},
-		{name: "other node status", args: []string{"patch", "node", "n2", "--subresource=status", "--type=strategic", "-p", condition},
+		{name: "other node status", args: []string{"patch-status", "n2", condition},
 			wantErr: "ipvs-guard may only update the Node its pod runs on (n1), not n2"},
 		{name: "own node spec", args: []string{"patch", "node", "n1", "--type=merge", "-p", `{"spec":{"unschedulable":true}}`},
 			wantErr: "ipvs-guard may change only the metadata and status of its Node, never its spec"},

@@ -8,6 +8,8 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
+apt_ensure curl
+command -v kubectl >/dev/null || apt_ensure kubectl
 HELM=$(hack/ensure-helm.sh)
 export HELM
 MONITORING_CRDS=$(hack/ensure-monitoring-crds.sh)
