@@ -12,7 +12,7 @@ VPKG := github.com/ipvs-guard/ipvs-guard/pkg/version
 LDFLAGS := -s -w -X $(VPKG).Version=$(VERSION) -X $(VPKG).Commit=$(COMMIT) -X $(VPKG).BuildDate=$(BUILD_DATE)
 export IPVS_GUARD_CACHE ?= $(CURDIR)/.cache
 
-.PHONY: all build demo test lint test-lint test-unit test-fuzz test-netns test-guest test-rules test-chart test-image bench-diagnose bench-guest bench-arp guest-shell image manifests chart-docs clean
+.PHONY: all build demo test lint test-lint test-unit test-fuzz test-netns test-guest test-rules test-chart test-image bench-diagnose bench-guest bench-arp guest-shell image manifests chart-docs helm-lint clean
 
 all: build
 
@@ -91,6 +91,10 @@ image:
 ## manifests: render the chart's defaults into deploy/manifests/ipvs-guard.yaml
 manifests:
 	hack/render-manifests.sh
+
+## helm-lint: helm lint --strict the chart (helm pinned in hack/tools/helm, built into the cache)
+helm-lint:
+	$$(hack/ensure-helm.sh) lint --strict deploy/ipvs-guard
 
 ## chart-docs: regenerate deploy/ipvs-guard/README.md from values.yaml
 chart-docs:
