@@ -222,7 +222,7 @@ func systemdModulesLoad(t *testing.T) guest.Result {
 func TestGuestDiagnoseFixLifecycle(t *testing.T) {
 	freshNode(t)
 
-	t.Run("nothing loaded: diagnose names each module and changes nothing", func(t *testing.T) {
+	step(t, "nothing loaded: diagnose names each module and changes nothing", func(t *testing.T) {
 		r := guest.IPVSGuard(t, "diagnose")
 		if r.ExitCode != 1 {
 			t.Fatalf("exit %d, want 1:\n%s", r.ExitCode, r)
@@ -238,7 +238,7 @@ func TestGuestDiagnoseFixLifecycle(t *testing.T) {
 		}
 	})
 
-	t.Run("json lists each module as not loaded, not declared, available", func(t *testing.T) {
+	step(t, "json lists each module as not loaded, not declared, available", func(t *testing.T) {
 		_, c := diagnoseJSON(t, 1)
 		if c.Status != "problem" {
 			t.Errorf("modules status = %q, want problem", c.Status)
@@ -258,7 +258,7 @@ func TestGuestDiagnoseFixLifecycle(t *testing.T) {
 		guest.RequireNotLoaded(t, closure...)
 	})
 
-	t.Run("fix loads every module and declares them for boot", func(t *testing.T) {
+	step(t, "fix loads every module and declares them for boot", func(t *testing.T) {
 		r := guest.IPVSGuard(t, "diagnose", "--fix")
 		if r.ExitCode != 0 {
 			t.Fatalf("exit %d, want 0 (the state after the fix):\n%s", r.ExitCode, r)
@@ -267,7 +267,7 @@ func TestGuestDiagnoseFixLifecycle(t *testing.T) {
 		requireDeclares(t, ownedConf, required...)
 	})
 
-	t.Run("healthy after the fix", func(t *testing.T) {
+	step(t, "healthy after the fix", func(t *testing.T) {
 		r := guest.IPVSGuard(t, "diagnose")
 		if r.ExitCode != 0 {
 			t.Fatalf("exit %d, want 0:\n%s", r.ExitCode, r)
@@ -283,7 +283,7 @@ func TestGuestDiagnoseFixLifecycle(t *testing.T) {
 		}
 	})
 
-	t.Run("a second fix changes no byte and no mtime", func(t *testing.T) {
+	step(t, "a second fix changes no byte and no mtime", func(t *testing.T) {
 		before := statFile(t, ownedConf)
 		r := guest.IPVSGuard(t, "diagnose", "--fix")
 		if r.ExitCode != 0 {
@@ -298,7 +298,7 @@ func TestGuestDiagnoseFixLifecycle(t *testing.T) {
 		}
 	})
 
-	t.Run("systemd-modules-load loads everything from the written file", func(t *testing.T) {
+	step(t, "systemd-modules-load loads everything from the written file", func(t *testing.T) {
 		guest.ResetModules(t)
 		guest.RequireNotLoaded(t, closure...)
 		systemdModulesLoad(t)
@@ -322,7 +322,7 @@ func TestGuestDiagnoseRepairsForeignLines(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	t.Run("the stale entry is a finding", func(t *testing.T) {
+	step(t, "the stale entry is a finding", func(t *testing.T) {
 		_, c := diagnoseJSON(t, 1)
 		f, ok := moduleFindings(t, c)["nf_conntrack_ipv4"]
 		if !ok || !f.Stale || f.Available {
@@ -333,7 +333,7 @@ func TestGuestDiagnoseRepairsForeignLines(t *testing.T) {
 		}
 	})
 
-	t.Run("fix keeps every foreign line and comments out the stale one", func(t *testing.T) {
+	step(t, "fix keeps every foreign line and comments out the stale one", func(t *testing.T) {
 		r := guest.IPVSGuard(t, "diagnose", "--fix")
 		if r.ExitCode != 0 {
 			t.Fatalf("exit %d, want 0:\n%s", r.ExitCode, r)
@@ -369,7 +369,7 @@ func TestGuestDiagnoseRepairsForeignLines(t *testing.T) {
 		guest.RequireLoaded(t, closure...)
 	})
 
-	t.Run("healthy, and systemd-modules-load reads the repaired file", func(t *testing.T) {
+	step(t, "healthy, and systemd-modules-load reads the repaired file", func(t *testing.T) {
 		if r := guest.IPVSGuard(t, "diagnose"); r.ExitCode != 0 {
 			t.Fatalf("exit %d, want 0:\n%s", r.ExitCode, r)
 		}
@@ -484,6 +484,15 @@ func TestGuestDiagnoseReadOnlyEtc(t *testing.T) {
 	}
 	if _, err := os.Stat(ownedConf); !os.IsNotExist(err) {
 		t.Errorf("%s exists on a read-only directory? (stat: %v)", ownedConf, err)
+	}
+}
+
+// step runs one step of a story as a subtest and stops the story at the first
+// failed step: later steps build on the state earlier ones made.
+func step(t *testing.T, name string, f func(t *testing.T)) {
+	t.Helper()
+	if !t.Run(name, f) {
+		t.FailNow()
 	}
 }
 

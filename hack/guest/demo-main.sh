@@ -48,11 +48,11 @@ say "Does the declaration survive a reboot? Drop the modules and let systemd-mod
 ipvs_modules
 show /lib/systemd/systemd-modules-load
 ipvs_modules
-show ipvs-guard diagnose -o json
+show ipvs-guard diagnose
 expect 0 $? "diagnose after systemd-modules-load"
 
 if [ "$ok" = 0 ]; then
-	say "Done: found (exit 1), fixed, healthy (exit 0), and persistent across a reboot."
+	say "Done: found (exit 1), fixed, healthy (exit 0), and persistent across a reboot. Scripts use -o json; an agent does the same continuously: ipvs-guard run."
 else
 	say "The demo did not go as expected (see the !! lines above)."
 fi

@@ -16,5 +16,5 @@ guest_stage_payload "$run" "$GUEST_DIR/demo-main.sh" >/dev/null
 initrd=$(guest_pack "$GUEST_BASE" "$run")
 log "booting Debian's kernel $GUEST_KVER under QEMU (about 20 s without KVM)"
 rc=0
-GUEST_CONSOLE_FILTER=1 guest_boot "$GUEST_KDIR/vmlinuz" "$initrd" "$run" || rc=$?
+GUEST_CONSOLE_FILTER=1 guest_boot "$GUEST_KERNEL" "$initrd" "$run" || rc=$?
 exit "$rc"

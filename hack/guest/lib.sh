@@ -4,8 +4,9 @@
 #
 # Layout of the cache (all keyed by the kernel version):
 #   $CACHE_DIR/guest/<kver>/root/            dpkg -x of linux-image-<kver> plus depmod's indexes
-#   $CACHE_DIR/guest/<kver>/vmlinuz          the kernel image
-#   $CACHE_DIR/guest/<kver>/base-<key>.cpio.gz  busybox, tools, libraries, module closure
+#   $CACHE_DIR/guest/<kver>/vmlinuz          the kernel image (bzImage)
+#   $CACHE_DIR/guest/<kver>/vmlinux          the same kernel as an ELF, booted via PVH
+#   $CACHE_DIR/guest/<kver>/base-<key>.cpio  busybox, tools, libraries, module closure
 #   $CACHE_DIR/guest/runs/<name>/            the last run's payload, initrd and console log
 # See hack/guest/README.md for the conventions other tiers rely on.
 
@@ -16,7 +17,7 @@ GUEST_DIR=$REPO_ROOT/hack/guest
 # Debian packages the harness needs on the host. systemd provides
 # /lib/systemd/systemd-modules-load, which the guest runs as the reference.
 GUEST_HOST_PACKAGES=(qemu-system-x86 busybox-static kmod ipvsadm iproute2 iputils-arping cpio gzip
-	systemd libc-bin coreutils util-linux)
+	xz-utils systemd libc-bin coreutils util-linux)
 
 # guest_ensure_host_packages installs what building and booting a guest needs,
 # plus the apt packages named by `pkg` lines of the given manifests.
@@ -63,6 +64,8 @@ guest_ensure_kernel() {
 	local kver=$1
 	local dir=$CACHE_DIR/guest/$kver
 	if [ -f "$dir/.ready" ]; then
+		[ -f "$dir/vmlinux" ] || [ -f "$dir/.no-vmlinux" ] ||
+			guest_extract_vmlinux "$dir/vmlinuz" "$dir/vmlinux" || touch "$dir/.no-vmlinux"
 		echo "$dir"
 		return
 	fi
@@ -84,6 +87,7 @@ guest_ensure_kernel() {
 		depmod -b "$tmp/root" "$kver"
 		[ -s "$tmp/root/lib/modules/$kver/modules.dep.bin" ] || die "depmod made no modules.dep.bin"
 		cp "$tmp/root/boot/vmlinuz-$kver" "$tmp/vmlinuz"
+		guest_extract_vmlinux "$tmp/vmlinuz" "$tmp/vmlinux" || touch "$tmp/.no-vmlinux"
 		rm -f "$tmp"/*.deb
 		rm -rf "$dir"
 		mv "$tmp" "$dir"
@@ -91,6 +95,35 @@ guest_ensure_kernel() {
 	) 8>"$CACHE_DIR/guest/.kernel.lock"
 	[ -f "$dir/.ready" ] || die "kernel $kver not ready"
 	echo "$dir"
+}
+
+# guest_extract_vmlinux unpacks the ELF kernel from an xz-compressed bzImage.
+# QEMU boots an ELF kernel with a PVH note directly (Debian sets CONFIG_PVH),
+# which skips the firmware and the in-guest decompression: several seconds
+# under TCG.
+guest_extract_vmlinux() {
+	local bz=$1 out=$2 off
+	off=$(grep -abo $'\xfd7zXZ\x00' "$bz" | head -n1 | cut -d: -f1)
+	[ -n "$off" ] || return 1
+	# xz complains about the trailing data after the stream; the ELF is whole.
+	tail -c +$((off + 1)) "$bz" | xz -dc >"$out.tmp" 2>/dev/null || true
+	if [ "$(head -c4 "$out.tmp" | od -An -c | tr -d ' ')" = '177ELF' ] && grep -q '^CONFIG_PVH=y' "$(dirname "$bz")"/root/boot/config-*; then
+		mv "$out.tmp" "$out"
+		return 0
+	fi
+	rm -f "$out.tmp"
+	return 1
+}
+
+# guest_kernel_image prints the image to boot: the PVH vmlinux when there is
+# one (GUEST_BZIMAGE=1 forces the bzImage), else the bzImage.
+guest_kernel_image() {
+	local kdir=$1
+	if [ "${GUEST_BZIMAGE:-0}" != 1 ] && [ -f "$kdir/vmlinux" ]; then
+		echo "$kdir/vmlinux"
+	else
+		echo "$kdir/vmlinuz"
+	fi
 }
 
 # guest_copy_file copies a host file (following symlinks) into the staging
@@ -147,17 +180,20 @@ guest_manifest_key() {
 # guest_build_base builds (once per key) the cached base initramfs: busybox,
 # the tools and libraries, the kernel's module closure and all of depmod's
 # index files. Manifests are read in order; see hack/guest/README.md.
-# It prints the path of the .cpio.gz.
+# It prints the path of the .cpio.
 guest_build_base() {
 	local kver=$1 kdir=$2
 	shift 2
 	local key out
 	key=$(guest_manifest_key "$kver" "$@")
-	out=$kdir/base-$key.cpio.gz
+	out=$kdir/base-$key.cpio
 	if [ -f "$out" ]; then
+		touch "$out"
 		echo "$out"
 		return
 	fi
+	# Base images of other manifest sets unused for a week go.
+	find "$kdir" -maxdepth 1 -name 'base-*.cpio*' -mtime +7 -delete 2>/dev/null || true
 	log "building guest base image $key for $kver"
 	local stage
 	stage=$(mktemp -d "$kdir/.stage.XXXXXX")
@@ -238,9 +274,14 @@ exit 1
 EOF
 	chmod 0755 "$stage/usr/sbin/modprobe"
 
-	(cd "$stage" && find . -mindepth 1 | LC_ALL=C sort | cpio --quiet -o -H newc -R 0:0 | gzip -1) >"$out.tmp"
+	# Uncompressed: under TCG the guest inflates gzip far slower than the host
+	# copies a few more megabytes.
+	local tmpout
+	tmpout=$(mktemp "$out.XXXXXX")
+	(cd "$stage" && find . -mindepth 1 | LC_ALL=C sort | cpio --quiet -o -H newc -R 0:0) >"$tmpout"
 	rm -rf "$stage"
-	mv "$out.tmp" "$out"
+	chmod 0644 "$tmpout"
+	mv "$tmpout" "$out"
 	echo "$out"
 }
 
@@ -270,12 +311,18 @@ guest_stage_payload() {
 }
 
 # guest_pack concatenates the cached base and the run's payload into one
-# initrd (the kernel unpacks concatenated compressed cpio archives in order).
+# initrd (the kernel unpacks concatenated cpio archives in order, later files
+# over earlier ones). GUEST_INITRD_GZIP=1 compresses it (smaller, slower boot).
 guest_pack() {
 	local base=$1 run=$2
-	(cd "$run/payload" && find . -mindepth 1 | LC_ALL=C sort | cpio --quiet -o -H newc -R 0:0 | gzip -1) >"$run/payload.cpio.gz"
-	cat "$base" "$run/payload.cpio.gz" >"$run/initrd.gz"
-	echo "$run/initrd.gz"
+	(cd "$run/payload" && find . -mindepth 1 | LC_ALL=C sort | cpio --quiet -o -H newc -R 0:0) >"$run/payload.cpio"
+	if [ "${GUEST_INITRD_GZIP:-0}" = 1 ]; then
+		cat "$base" "$run/payload.cpio" | gzip -1 >"$run/initrd"
+	else
+		cat "$base" "$run/payload.cpio" >"$run/initrd"
+	fi
+	rm -f "$run/payload.cpio"
+	echo "$run/initrd"
 }
 
 # guest_accel prints the QEMU accelerator flags: KVM only where it really
@@ -343,7 +390,7 @@ guest_boot() {
 }
 
 # guest_prepare does everything up to a bootable base: host packages, kernel,
-# base image. Sets GUEST_KVER, GUEST_KDIR, GUEST_BASE. Manifests default to
+# base image. Sets GUEST_KVER, GUEST_KDIR, GUEST_KERNEL, GUEST_BASE. Manifests default to
 # hack/guest/base.manifest plus $GUEST_MANIFESTS.
 guest_prepare() {
 	local manifests=("$GUEST_DIR/base.manifest")
@@ -365,6 +412,7 @@ guest_prepare() {
 	guest_ensure_host_packages "${manifests[@]}"
 	GUEST_KVER=$(guest_kernel_version)
 	GUEST_KDIR=$(guest_ensure_kernel "$GUEST_KVER")
+	GUEST_KERNEL=$(guest_kernel_image "$GUEST_KDIR")
 	GUEST_BASE=$(guest_build_base "$GUEST_KVER" "$GUEST_KDIR" "${manifests[@]}")
 	[ -n "${extra:-}" ] && rm -f "$extra"
 	return 0

@@ -14,4 +14,4 @@ main=$run/main.sh
 printf 'exec sh -l\n' >"$main"
 guest_stage_payload "$run" "$main" >/dev/null
 initrd=$(guest_pack "$GUEST_BASE" "$run")
-GUEST_INTERACTIVE=1 guest_boot "$GUEST_KDIR/vmlinuz" "$initrd" "$run"
+GUEST_INTERACTIVE=1 guest_boot "$GUEST_KERNEL" "$initrd" "$run"

@@ -23,7 +23,7 @@ guest_stage_tests "$stage" test
 initrd=$(guest_pack "$GUEST_BASE" "$run")
 log "initramfs $(du -h "$initrd" | cut -f1) (base $(du -h "$GUEST_BASE" | cut -f1))"
 rc=0
-guest_boot "$GUEST_KDIR/vmlinuz" "$initrd" "$run" || rc=$?
+guest_boot "$GUEST_KERNEL" "$initrd" "$run" || rc=$?
 mkdir -p "$CACHE_DIR/guest/runs"
 cp "$run/console.log" "$CACHE_DIR/guest/runs/test-guest.console.log" 2>/dev/null || true
 case $rc in

@@ -58,7 +58,7 @@ guest_stage_tests() {
 			if [ "$mode" = bench ]; then
 				echo "-test.run=^\$"
 				echo "-test.bench=^(${GUEST_BENCH:-$funcs})\$"
-				echo "-test.benchtime=${GUEST_BENCHTIME:-5x}"
+				echo "-test.benchtime=${GUEST_BENCHTIME:-10x}"
 				echo "-test.benchmem"
 			else
 				echo "-test.run=${GUEST_RUN:-^($funcs)\$}"
