@@ -192,8 +192,9 @@ guest_build_base() {
 		echo "$out"
 		return
 	fi
-	# Base images of other manifest sets unused for a week go.
-	find "$kdir" -maxdepth 1 -name 'base-*.cpio*' -mtime +7 -delete 2>/dev/null || true
+	# Keep the few base images used last (one per manifest set in use).
+	# shellcheck disable=SC2012
+	ls -t "$kdir"/base-*.cpio 2>/dev/null | tail -n +6 | xargs -r rm -f
 	log "building guest base image $key for $kver"
 	local stage
 	stage=$(mktemp -d "$kdir/.stage.XXXXXX")
