@@ -12,7 +12,7 @@ VPKG := github.com/ipvs-guard/ipvs-guard/pkg/version
 LDFLAGS := -s -w -X $(VPKG).Version=$(VERSION) -X $(VPKG).Commit=$(COMMIT) -X $(VPKG).BuildDate=$(BUILD_DATE)
 export IPVS_GUARD_CACHE ?= $(CURDIR)/.cache
 
-.PHONY: all build demo test lint test-lint test-unit test-fuzz test-netns test-guest test-rules test-chart test-image bench-diagnose bench-guest bench-arp guest-shell clean
+.PHONY: all build demo test lint test-lint test-unit test-fuzz test-netns test-guest test-rules test-chart test-image bench-diagnose bench-guest bench-arp guest-shell image manifests chart-docs helm-lint clean
 
 all: build
 
@@ -21,7 +21,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/ipvs-guard
 
 ## test: every tier, each named so a failure says where it broke
-test: test-lint test-unit test-fuzz test-netns test-guest test-rules
+test: test-lint test-unit test-fuzz test-netns test-guest test-rules test-chart test-image
 	@echo "all test tiers passed"
 
 ## lint: go vet, gofmt, go mod tidy check
@@ -73,6 +73,32 @@ bench-arp:
 test-rules:
 	@echo "--- tier: rules"
 	hack/test-rules.sh
+
+## test-chart: helm lint/template assertions, schema rejections, dry-run apply on a real kube-apiserver
+test-chart:
+	@echo "--- tier: chart"
+	hack/test-chart.sh
+
+## test-image: build the Dockerfile with buildah (offline, local builder image) and run `ipvs-guard version` in it
+test-image:
+	@echo "--- tier: image"
+	hack/image/build.sh
+
+## image: build the container image (localhost/ipvs-guard:$(VERSION)) with buildah
+image:
+	VERSION=$(VERSION) hack/image/build.sh
+
+## manifests: render the chart's defaults into deploy/manifests/ipvs-guard.yaml
+manifests:
+	hack/render-manifests.sh
+
+## helm-lint: helm lint --strict the chart (helm pinned in hack/tools/helm, built into the cache)
+helm-lint:
+	$$(hack/ensure-helm.sh) lint --strict deploy/ipvs-guard
+
+## chart-docs: regenerate deploy/ipvs-guard/README.md from values.yaml
+chart-docs:
+	$(GO) run ./hack/chartdoc -o deploy/ipvs-guard/README.md deploy/ipvs-guard
 
 clean:
 	rm -rf bin

@@ -368,11 +368,11 @@ func TestRejectsBadValues(t *testing.T) {
 }
 
 // TestDryRunOnAPIServer applies every rendering with server-side apply in
-// dry-run mode to a real kube-apiserver (KUBECONFIG, set by hack/test-chart.sh),
+// dry-run mode to a real kube-apiserver (IPVS_GUARD_TEST_KUBECONFIG, set by hack/test-chart.sh),
 // after installing the monitoring CRDs (MONITORING_CRDS).
 func TestDryRunOnAPIServer(t *testing.T) {
-	kubeconfig := os.Getenv("KUBECONFIG")
-	testenv.Require(t, kubeconfig != "", "no KUBECONFIG for a test API server (make test-chart starts one)")
+	kubeconfig := os.Getenv("IPVS_GUARD_TEST_KUBECONFIG")
+	testenv.Require(t, kubeconfig != "", "no IPVS_GUARD_TEST_KUBECONFIG for a test API server (make test-chart starts one)")
 	crds := os.Getenv("MONITORING_CRDS")
 	testenv.Require(t, crds != "", "no MONITORING_CRDS directory (make test-chart fetches it)")
 	kubectl := func(stdin string, args ...string) (string, error) {
@@ -420,4 +420,101 @@ func TestDryRunOnAPIServer(t *testing.T) {
 			t.Fatalf("dry-run apply of deploy/manifests/ipvs-guard.yaml: %v\n%s", err, out)
 		}
 	})
+}
+
+// TestAdmissionPolicyOwnNodeOnly installs the chart for real on the test API
+// server and proves the ValidatingAdmissionPolicy: with a token bound to a pod
+// on node n1, the agent's ServiceAccount may patch n1's status and metadata,
+// but not n2's status, and never n1's spec.
+func TestAdmissionPolicyOwnNodeOnly(t *testing.T) {
+	kubeconfig := os.Getenv("IPVS_GUARD_TEST_KUBECONFIG")
+	testenv.Require(t, kubeconfig != "", "no IPVS_GUARD_TEST_KUBECONFIG for a test API server (make test-chart starts one)")
+	kubectl := func(stdin string, args ...string) (string, error) {
+		cmd := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	const ns, release = "ipvs-guard-vap", "vap"
+	args := []string{"template", release, chartDir, "--namespace", ns}
+	manifest, err := exec.Command(helmBin(t), args...).Output()
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	setup := "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: " + ns + "\n" +
+		"---\napiVersion: v1\nkind: Node\nmetadata:\n  name: n1\n" +
+		"---\napiVersion: v1\nkind: Node\nmetadata:\n  name: n2\n"
+	if out, err := kubectl(setup, "apply", "--server-side", "-f", "-"); err != nil {
+		t.Fatalf("creating namespace and nodes: %v\n%s", err, out)
+	}
+	if out, err := kubectl(string(manifest), "apply", "--server-side", "-f", "-"); err != nil {
+		t.Fatalf("installing the chart: %v\n%s", err, out)
+	}
+	pod := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: agent-n1\n  namespace: " + ns + "\nspec:\n  nodeName: n1\n" +
+		"  serviceAccountName: " + release + "-ipvs-guard\n  containers:\n    - name: agent\n      image: localhost/ipvs-guard:test\n"
+	if out, err := kubectl(pod, "apply", "--server-side", "-f", "-"); err != nil {
+		t.Fatalf("creating the agent pod on n1: %v\n%s", err, out)
+	}
+	token, err := kubectl("", "create", "token", release+"-ipvs-guard", "-n", ns, "--bound-object-kind", "Pod", "--bound-object-name", "agent-n1")
+	if err != nil {
+		t.Fatalf("creating a pod-bound token: %v\n%s", err, token)
+	}
+	server, err := kubectl("", "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}")
+	if err != nil {
+		t.Fatalf("reading the server address: %v\n%s", err, server)
+	}
+	// asAgent runs kubectl as the agent; a "patch-status" pseudo-command
+	// sends the strategic-merge PATCH to nodes/NAME/status the way the agent
+	// does (kubectl patch would GET nodes/status first, which the agent's
+	// least-privilege role does not allow).
+	asAgent := func(args ...string) (string, error) {
+		if args[0] == "patch-status" {
+			cmd := exec.Command("curl", "-sS", "-k", "-X", "PATCH", "--fail-with-body",
+				"-H", "Authorization: Bearer "+strings.TrimSpace(token),
+				"-H", "Content-Type: application/strategic-merge-patch+json",
+				"--data", args[2], server+"/api/v1/nodes/"+args[1]+"/status")
+			out, err := cmd.CombinedOutput()
+			return string(out), err
+		}
+		cmd := exec.Command("kubectl", append([]string{"--kubeconfig", os.DevNull, "--server", server,
+			"--insecure-skip-tls-verify", "--token", strings.TrimSpace(token)}, args...)...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	condition := `{"status":{"conditions":[{"type":"IPVSModulesMissing","status":"False","reason":"ModulesLoaded","message":"test"}]}}`
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string // empty: must succeed
+	}{
+		{name: "own node status", args: []string{"patch-status", "n1", condition}},
+		{name: "own node annotation", args: []string{"patch", "node", "n1", "--type=merge", "-p", `{"metadata":{"annotations":{"ipvs-guard.io/macs":"02:00:00:00:00:01"}}}`}},
+		{name: "other node status", args: []string{"patch-status", "n2", condition},
+			wantErr: "ipvs-guard may only update the Node its pod runs on (n1), not n2"},
+		{name: "own node spec", args: []string{"patch", "node", "n1", "--type=merge", "-p", `{"spec":{"unschedulable":true}}`},
+			wantErr: "ipvs-guard may change only the metadata and status of its Node, never its spec"},
+		{name: "RBAC: no pods", args: []string{"get", "pods", "-n", ns}, wantErr: "forbidden"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// The policy takes effect once the API server's policy
+			// informer has it: retry the allowed/denied outcome briefly.
+			var out string
+			var err error
+			for deadline := time.Now().Add(20 * time.Second); ; {
+				out, err = asAgent(tt.args...)
+				ok := (tt.wantErr == "" && err == nil) || (tt.wantErr != "" && err != nil && strings.Contains(out, tt.wantErr))
+				if ok || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+			if tt.wantErr == "" && err != nil {
+				t.Fatalf("kubectl %v as the agent: %v\n%s", tt.args, err, out)
+			}
+			if tt.wantErr != "" && (err == nil || !strings.Contains(out, tt.wantErr)) {
+				t.Fatalf("kubectl %v as the agent: err %v, output %q; want a denial containing %q", tt.args, err, out, tt.wantErr)
+			}
+		})
+	}
 }

@@ -91,6 +91,9 @@ func generate(dir string) ([]byte, error) {
 	fmt.Fprintf(&b, "%s\n\n", c.Description)
 	fmt.Fprintf(&b, "Requires Kubernetes `%s`.\n\n", c.KubeVersion)
 	b.WriteString(usage)
+	if err := writeAlerts(&b, filepath.Join(dir, "files", "alerts.yaml")); err != nil {
+		return nil, err
+	}
 	b.WriteString("## Values\n\n| Key | Type | Default | Description |\n|-----|------|---------|-------------|\n")
 	for _, v := range values {
 		fmt.Fprintf(&b, "| %s | %s | `%s` | %s |\n", v.key, v.typ, cell(v.def), cell(v.desc))
@@ -189,3 +192,41 @@ func render(v *yaml.Node) (string, error) {
 func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 
 func badge(s string) string { return strings.ReplaceAll(s, "-", "--") }
+
+// writeAlerts lists the shipped alerts (files/alerts.yaml), when the chart has them.
+func writeAlerts(b *bytes.Buffer, path string) error {
+	raw, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading alerts: %w", err)
+	}
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `yaml:"alert"`
+				For         string            `yaml:"for"`
+				Labels      map[string]string `yaml:"labels"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(raw, &rules); err != nil {
+		return fmt.Errorf("parsing %s: %w", path, err)
+	}
+	b.WriteString("## Alerts\n\n")
+	b.WriteString("`prometheusRule.enabled=true` installs these (from `files/alerts.yaml`, unit-tested with `promtool test rules`);\n")
+	b.WriteString("each description is a short runbook. They select `job=\"ipvs-guard\"`, which the ServiceMonitor sets.\n\n")
+	b.WriteString("| Alert | Severity | For | Summary |\n|-------|----------|-----|---------|\n")
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", r.Alert, r.Labels["severity"], r.For, cell(strings.ReplaceAll(r.Annotations["summary"], "\n", " ")))
+		}
+	}
+	b.WriteString("\n")
+	return nil
+}

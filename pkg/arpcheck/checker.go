@@ -42,7 +42,9 @@ type Target struct {
 	// ExpectedMACs, when set, are the only MACs allowed to answer (the
 	// announcing node's interface MACs); a single other MAC is wrong-responder.
 	ExpectedMACs []net.HardwareAddr
-	// ExpectedNode names the announcing node (MetalLB's ServiceL2Status), for messages.
+	// ExpectedNode names the announcing node (MetalLB's ServiceL2Status). It
+	// appears in messages; without ExpectedMACs, a single responder whose MAC
+	// the NodeForMAC resolver attributes to another node is wrong-responder.
 	ExpectedNode string
 	// Service is the Service (namespace/name) owning the IP, for messages.
 	Service string
@@ -282,6 +284,9 @@ func (c *Checker) finding(t Target, iface string, o Observation) Finding {
 	}
 	if known {
 		f.ResponderNodes = nodes
+	}
+	if len(t.ExpectedMACs) == 0 {
+		f.Result = classifyByNode(f.Result, nodes, t.ExpectedNode)
 	}
 	for _, m := range t.ExpectedMACs {
 		f.ExpectedMACs = append(f.ExpectedMACs, m.String())

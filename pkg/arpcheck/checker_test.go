@@ -167,6 +167,19 @@ func TestChecker(t *testing.T) {
 				}},
 		},
 		{
+			name:    "announcer named, another node answers",
+			targets: []Target{{IP: ip("10.0.0.10"), ExpectedNode: "node-b"}},
+			want: want{status: check.StatusProblem, reason: ReasonWrongResponder, findings: 1,
+				results: map[string]string{"10.0.0.10@eth0": "wrong-responder"},
+				message: []string{"by 52:54:00:00:00:0a (node-a)", "expected node node-b"}},
+		},
+		{
+			name:    "announcer named, unknown MAC answers",
+			targets: []Target{{IP: ip("10.0.0.14"), ExpectedNode: "node-b"}},
+			want: want{status: check.StatusOK, reason: ReasonAnswered, findings: 1,
+				results: map[string]string{"10.0.0.14@eth0": "answered"}},
+		},
+		{
 			name:    "wrong responder",
 			targets: []Target{{IP: ip("10.0.0.10"), ExpectedMACs: []net.HardwareAddr{macB}}},
 			want: want{status: check.StatusProblem, reason: ReasonWrongResponder, findings: 1,

@@ -25,10 +25,13 @@ type fakeConn struct {
 	kick     chan struct{}
 	closed   bool
 	written  [][]byte
-	// loopback makes every written frame readable too, as AF_PACKET shows
-	// outgoing frames to the sockets bound to the interface.
+	// loopback makes every written frame readable too, as a socket that
+	// sees outgoing frames (ETH_P_ALL) would.
 	loopback bool
-	respond  func(c *fakeConn, frame []byte)
+	// syncReply makes WriteTo return only after the reader has taken every
+	// queued frame, as on a veth where the reply is queued inside sendto.
+	syncReply bool
+	respond   func(c *fakeConn, frame []byte)
 }
 
 func newFakeConn(respond func(c *fakeConn, frame []byte)) *fakeConn {
@@ -107,6 +110,17 @@ func (c *fakeConn) WriteTo(b []byte, _ net.Addr) (int, error) {
 	}
 	if c.respond != nil {
 		c.respond(c, f)
+	}
+	if c.syncReply {
+		for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			c.mu.Lock()
+			n := len(c.queue)
+			c.mu.Unlock()
+			if n == 0 {
+				break
+			}
+		}
+		time.Sleep(5 * time.Millisecond) // let the reader handle it
 	}
 	return len(b), nil
 }
@@ -217,6 +231,10 @@ func segment(t testing.TB, hosts ...*responder) func(c *fakeConn, frame []byte) 
 				}
 				n := max(h.copies, 1)
 				for range n {
+					if h.delay == 0 && c.syncReply {
+						c.deliver(buildReply(t, h.mac, ip, reqMAC, reqIP))
+						continue
+					}
 					c.deliverAfter(h.delay, buildReply(t, h.mac, ip, reqMAC, reqIP))
 				}
 			}

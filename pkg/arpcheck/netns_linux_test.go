@@ -8,11 +8,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -147,6 +149,9 @@ type arpingResult struct {
 	out  string
 }
 
+// arpingPrintOffset is what iputils arping (20221126) adds to every RTT it prints.
+const arpingPrintOffset = 500 * time.Microsecond
+
 var unicastReply = regexp.MustCompile(`(?m)^Unicast reply from (\S+) \[([0-9A-Fa-f:]{17})\]\s+([0-9.]+)ms`)
 
 // arping runs iputils arping in ns; it keeps broadcasting (-b) so that
@@ -179,7 +184,9 @@ func arping(t testing.TB, ns, iface, ip string, args ...string) arpingResult {
 		if err != nil {
 			t.Fatalf("parsing arping RTT %q: %v", m[3], err)
 		}
-		res.rtts = append(res.rtts, time.Duration(ms*float64(time.Millisecond)))
+		// iputils 20221126 formats the RTT as `usecs -= msecs*1000 - 500`,
+		// which prints 0.5 ms more than it measured: undo that.
+		res.rtts = append(res.rtts, time.Duration(ms*float64(time.Millisecond))-arpingPrintOffset)
 	}
 	slices.Sort(res.macs)
 	return res
@@ -375,6 +382,91 @@ func TestNetNSRouteChoosesInterface(t *testing.T) {
 	}
 }
 
-func TestMain(m *testing.M) {
-	os.Exit(m.Run())
+// TestNetNSDiagnoseCLI runs `ipvs-guard diagnose --probe-ip` inside the
+// prober namespace and checks the JSON contract (DESIGN §8) and exit code.
+func TestNetNSDiagnoseCLI(t *testing.T) {
+	requireNetNS(t)
+	bin := filepath.Join(t.TempDir(), "ipvs-guard")
+	build := exec.Command("go", "build", "-o", bin, "github.com/ipvs-guard/ipvs-guard/cmd/ipvs-guard")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building ipvs-guard: %v\n%s", err, out)
+	}
+	tp := newTopo(t)
+	br := tp.ns("br")
+	tp.bridge(br, "br0")
+	prober := tp.ns("prober")
+	n1, n2 := tp.ns("node1"), tp.ns("node2")
+	tp.plug(br, "br0", "p0", prober, "eth0", "10.77.0.1/24")
+	mac1 := tp.plug(br, "br0", "n1", n1, "eth0", "10.77.0.11/24")
+	tp.plug(br, "br0", "n2", n2, "eth0", "10.77.0.12/24")
+
+	run := func(args ...string) (int, map[string]any) {
+		t.Helper()
+		cmd := exec.Command("ip", append([]string{"netns", "exec", prober, bin, "diagnose", "-o", "json"}, args...)...)
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		var report map[string]any
+		if err := json.Unmarshal([]byte(stdout.String()), &report); err != nil {
+			t.Fatalf("diagnose %v: output is not JSON: %v\n%s\n%s", args, err, stdout.String(), stderr.String())
+		}
+		// Other checks (modules, …) run too: the exit code follows all of them.
+		want := 0
+		for _, c := range report["checks"].([]any) {
+			switch c.(map[string]any)["status"] {
+			case "problem":
+				want = 1
+			case "error":
+				if want == 0 {
+					want = 2
+				}
+			}
+		}
+		if code != want {
+			t.Errorf("diagnose %v: exit %d, want %d from the checks' statuses", args, code, want)
+		}
+		return code, report
+	}
+	arpCheck := func(report map[string]any) map[string]any {
+		for _, c := range report["checks"].([]any) {
+			if c.(map[string]any)["name"] == check.NameARP {
+				return c.(map[string]any)
+			}
+		}
+		t.Fatalf("no arp check in %v", report)
+		return nil
+	}
+
+	_, report := run("--probe-ip", "10.77.0.11")
+	c := arpCheck(report)
+	if c["status"] != "ok" {
+		t.Errorf("answered IP: check %v", c)
+	}
+	f := c["findings"].([]any)[0].(map[string]any)
+	keys := slices.Sorted(maps.Keys(f))
+	if want := []string{"interface", "ip", "macs", "result", "rtt_seconds"}; !slices.Equal(keys, want) {
+		t.Errorf("finding keys %v, want %v", keys, want)
+	}
+	if f["ip"] != "10.77.0.11" || f["interface"] != "eth0" || f["result"] != "answered" ||
+		!slices.Equal(f["macs"].([]any), []any{mac1}) || f["rtt_seconds"].(float64) <= 0 {
+		t.Errorf("finding %v", f)
+	}
+
+	code, report := run("--probe-ip", "10.77.0.11,10.77.0.99", "--interface", "eth0")
+	c = arpCheck(report)
+	if code != 1 || c["status"] != "problem" || c["reason"] != ReasonNoReply || !strings.Contains(c["message"].(string), "10.77.0.99 on eth0") {
+		t.Errorf("silent IP: exit %d, check %v", code, c)
+	}
+
+	_, report = run()
+	c = arpCheck(report)
+	if c["status"] != "skipped" || c["message"] != "no LoadBalancer IPs to probe" {
+		t.Errorf("no probe IPs: check %v", c)
+	}
 }

@@ -9,11 +9,16 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
+	"syscall"
+	"time"
+	"unsafe"
 
 	"github.com/mdlayher/packet"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -180,6 +185,24 @@ func linkHas(nh *netlink.Handle, link netlink.Link, ip netip.Addr) bool {
 	return false
 }
 
+// socketConfig attaches a kernel filter that passes only ARP replies, so the
+// reader is not woken by every ARP request on a busy segment.
+func socketConfig() (*packet.Config, error) {
+	const arpOpOffset = 14 + 6 // Ethernet header, then hardware/protocol type and sizes
+	prog, err := bpf.Assemble([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: 12, Size: 2},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.ETH_P_ARP, SkipTrue: 3},
+		bpf.LoadAbsolute{Off: arpOpOffset, Size: 2},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: 2, SkipTrue: 1}, // ARPOP_REPLY
+		bpf.RetConstant{Val: 1600},
+		bpf.RetConstant{Val: 0},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("assembling the ARP reply filter: %w", err)
+	}
+	return &packet.Config{Filter: prog}, nil
+}
+
 // Listen implements Network: an AF_PACKET socket for ARP frames on r's
 // interface, with a large receive buffer.
 func (h HostNetwork) Listen(_ context.Context, r Route) (Socket, net.Addr, error) {
@@ -188,29 +211,80 @@ func (h HostNetwork) Listen(_ context.Context, r Route) (Socket, net.Addr, error
 		conn *packet.Conn
 		err  error
 	)
+	cfg, err := socketConfig()
+	if err != nil {
+		return nil, nil, err
+	}
 	if h.NetNSPath == "" {
-		conn, err = packet.Listen(ifi, packet.Raw, unix.ETH_P_ARP, nil)
+		conn, err = packet.Listen(ifi, packet.Raw, unix.ETH_P_ARP, cfg)
 	} else {
-		conn, err = listenInNetNS(h.NetNSPath, ifi)
+		conn, err = listenInNetNS(h.NetNSPath, ifi, cfg)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening ARP socket on %s: %w", r.Interface, err)
 	}
-	if rc, err := conn.SyscallConn(); err == nil {
-		_ = rc.Control(func(fd uintptr) {
-			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, recvBuffer) != nil {
-				_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, recvBuffer)
-			}
-		})
+	bcast := &packet.Addr{HardwareAddr: ethernetBroadcast}
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return conn, bcast, nil
 	}
-	return conn, &packet.Addr{HardwareAddr: ethernetBroadcast}, nil
+	stamped := false
+	_ = rc.Control(func(fd uintptr) {
+		if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, recvBuffer) != nil {
+			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, recvBuffer)
+		}
+		stamped = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1) == nil
+	})
+	if !stamped {
+		return conn, bcast, nil
+	}
+	return &stampedConn{Conn: conn, rc: rc, oob: make([]byte, 128)}, bcast, nil
+}
+
+// stampedConn reads frames with the kernel's receive timestamp
+// (SO_TIMESTAMPNS), so a reply's RTT does not include the time the reader
+// goroutine took to be scheduled. One goroutine reads at a time (oob is
+// reused).
+type stampedConn struct {
+	*packet.Conn
+	rc  syscall.RawConn
+	oob []byte
+}
+
+// ReadFromStamped reads one frame and returns when the kernel received it.
+// It honours the read deadline like ReadFrom.
+func (c *stampedConn) ReadFromStamped(b []byte) (int, time.Time, error) {
+	var (
+		n, oobn int
+		rerr    error
+	)
+	err := c.rc.Read(func(fd uintptr) bool {
+		n, oobn, _, _, rerr = unix.Recvmsg(int(fd), b, c.oob, unix.MSG_DONTWAIT)
+		return rerr != unix.EAGAIN
+	})
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	if rerr != nil {
+		return 0, time.Time{}, os.NewSyscallError("recvmsg", rerr)
+	}
+	var ts time.Time
+	if msgs, err := unix.ParseSocketControlMessage(c.oob[:oobn]); err == nil {
+		for _, m := range msgs {
+			if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SCM_TIMESTAMPNS && len(m.Data) >= int(unsafe.Sizeof(unix.Timespec{})) {
+				t := (*unix.Timespec)(unsafe.Pointer(&m.Data[0]))
+				ts = time.Unix(t.Unix())
+			}
+		}
+	}
+	return n, ts, nil
 }
 
 // listenInNetNS opens the socket from a goroutine locked to a thread that is
 // moved into the namespace. The thread is never unlocked, so the runtime
 // retires it when the goroutine ends rather than reusing a thread in a
 // foreign namespace.
-func listenInNetNS(path string, ifi *net.Interface) (*packet.Conn, error) {
+func listenInNetNS(path string, ifi *net.Interface, cfg *packet.Config) (*packet.Conn, error) {
 	type result struct {
 		conn *packet.Conn
 		err  error
@@ -228,7 +302,7 @@ func listenInNetNS(path string, ifi *net.Interface) (*packet.Conn, error) {
 			ch <- result{err: fmt.Errorf("entering network namespace %s: %w", path, err)}
 			return
 		}
-		c, err := packet.Listen(ifi, packet.Raw, unix.ETH_P_ARP, nil)
+		c, err := packet.Listen(ifi, packet.Raw, unix.ETH_P_ARP, cfg)
 		ch <- result{conn: c, err: err}
 	}()
 	r := <-ch

@@ -31,12 +31,19 @@ type PacketConn interface {
 	SetReadDeadline(t time.Time) error
 }
 
+// stampedReader is implemented by sockets that report when the kernel
+// received a frame; the prober then measures RTT up to that instant instead
+// of up to when its reader goroutine got to run.
+type stampedReader interface {
+	ReadFromStamped(b []byte) (int, time.Time, error)
+}
+
 // Defaults for ProbeOptions.
 const (
 	DefaultWindow   = time.Second
 	DefaultAttempts = 3
-	DefaultRate     = rate.Limit(1000)
-	DefaultBurst    = 64
+	DefaultRate     = rate.Limit(2000)
+	DefaultBurst    = 128
 )
 
 // readSlice bounds each read, so a reader never sleeps past a stop request
@@ -120,6 +127,7 @@ type probeState struct {
 	sends   []time.Time
 	macs    []net.HardwareAddr // distinct, in order of first reply
 	arrived []time.Time        // first arrival per entry of macs
+	stamped []time.Time        // kernel receive time per entry of macs, zero when unknown
 }
 
 func (s *probeState) deadline(window, interval time.Duration) time.Time {
@@ -182,9 +190,24 @@ func (p *Prober) Probe(ctx context.Context, ips []netip.Addr) ([]Observation, er
 	}
 
 	var mu sync.Mutex // guards every probeState
-	r := &reader{conn: p.conn, mac: p.mac, src: p.src, states: states, mu: &mu, logger: logger}
+	r := &reader{conn: p.conn, mac: p.mac, src: p.src, states: states, mu: &mu, logger: logger, ready: make(chan struct{})}
+	// A broken socket ends the round at once instead of after the window.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	readerDone := make(chan error, 1)
-	go func() { readerDone <- r.run() }()
+	go func() {
+		err := r.run()
+		if err != nil {
+			cancel(err)
+		}
+		readerDone <- err
+	}()
+	// Start sending once the reader is about to read: the first reply can
+	// come back within microseconds.
+	select {
+	case <-r.ready:
+	case <-ctx.Done():
+	}
 
 	sendErr := p.send(ctx, order, &mu)
 	if sendErr == nil {
@@ -201,12 +224,11 @@ func (p *Prober) Probe(ctx context.Context, ips []netip.Addr) ([]Observation, er
 		sendErr = sleepUntil(ctx, end)
 	}
 	r.stop()
-	readErr := <-readerDone
+	if readErr := <-readerDone; readErr != nil {
+		return nil, readErr
+	}
 	if sendErr != nil {
 		return nil, sendErr
-	}
-	if readErr != nil {
-		return nil, readErr
 	}
 
 	mu.Lock()
@@ -224,25 +246,34 @@ func (p *Prober) Probe(ctx context.Context, ips []netip.Addr) ([]Observation, er
 func (s *probeState) observe(window, interval time.Duration) Observation {
 	o := Observation{IP: s.ip, Requests: len(s.sends), MACs: []net.HardwareAddr{}}
 	deadline := s.deadline(window, interval)
-	var first time.Time
+	first := -1
 	for i, mac := range s.macs {
 		if s.arrived[i].After(deadline) {
 			continue
 		}
 		o.MACs = append(o.MACs, mac)
-		if first.IsZero() || s.arrived[i].Before(first) {
-			first = s.arrived[i]
+		if first < 0 || s.arrived[i].Before(s.arrived[first]) {
+			first = i
 		}
 	}
-	if !first.IsZero() {
-		var sent time.Time
-		for _, t := range s.sends {
-			if !t.After(first) {
-				sent = t
-			}
+	if first < 0 {
+		return o
+	}
+	var sent time.Time
+	for _, t := range s.sends {
+		if !t.After(s.arrived[first]) {
+			sent = t
 		}
-		if !sent.IsZero() {
-			o.RTT = first.Sub(sent)
+	}
+	if sent.IsZero() {
+		return o
+	}
+	o.RTT = s.arrived[first].Sub(sent)
+	// The kernel's receive time (a wall-clock reading) is better when it is
+	// consistent with the monotonic one.
+	if k := s.stamped[first]; !k.IsZero() {
+		if rtt := k.Sub(sent.Round(0)); rtt > 0 && rtt <= o.RTT {
+			o.RTT = rtt
 		}
 	}
 	return o
@@ -288,14 +319,16 @@ func (p *Prober) send(ctx context.Context, order []*probeState, mu *sync.Mutex) 
 		if err != nil {
 			return err
 		}
+		// Record the send before writing: on a fast link the reply can be
+		// read before WriteTo even returns.
 		sent := time.Now()
-		if _, err := p.conn.WriteTo(frame, p.dst); err != nil {
-			return fmt.Errorf("sending ARP request for %s on %s: %w", st.ip, p.iface, err)
-		}
 		mu.Lock()
 		st.sends = append(st.sends, sent)
 		n := len(st.sends)
 		mu.Unlock()
+		if _, err := p.conn.WriteTo(frame, p.dst); err != nil {
+			return fmt.Errorf("sending ARP request for %s on %s: %w", st.ip, p.iface, err)
+		}
 		if n < p.opts.Attempts {
 			heap.Push(&retries, retry{due: sent.Add(interval), st: st})
 		}
@@ -328,10 +361,14 @@ type reader struct {
 	states map[netip.Addr]*probeState
 	mu     *sync.Mutex
 	logger klog.Logger
+	ready  chan struct{} // closed just before the first read
+	once   sync.Once
 
 	stopMu  sync.Mutex
 	stopped bool
 }
+
+func (r *reader) signalReady() { r.once.Do(func() { close(r.ready) }) }
 
 func (r *reader) stop() {
 	r.stopMu.Lock()
@@ -342,6 +379,8 @@ func (r *reader) stop() {
 
 func (r *reader) run() error {
 	buf := make([]byte, 1600)
+	sr, stamped := r.conn.(stampedReader)
+	defer r.signalReady()
 	for {
 		r.stopMu.Lock()
 		if r.stopped {
@@ -353,7 +392,16 @@ func (r *reader) run() error {
 		if err != nil {
 			return fmt.Errorf("setting read deadline: %w", err)
 		}
-		n, _, err := r.conn.ReadFrom(buf)
+		r.signalReady()
+		var (
+			n      int
+			kernel time.Time
+		)
+		if stamped {
+			n, kernel, err = sr.ReadFromStamped(buf)
+		} else {
+			n, _, err = r.conn.ReadFrom(buf)
+		}
 		now := time.Now()
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -371,12 +419,13 @@ func (r *reader) run() error {
 			}
 			return fmt.Errorf("reading ARP replies: %w", err)
 		}
-		r.handle(buf[:n], now)
+		r.handle(buf[:n], now, kernel)
 	}
 }
 
-// handle records one frame if it is a reply to us about a probed IP.
-func (r *reader) handle(frame []byte, now time.Time) {
+// handle records one frame if it is a reply to us about a probed IP. now is
+// when it was read; kernel, when not zero, when the kernel received it.
+func (r *reader) handle(frame []byte, now, kernel time.Time) {
 	rep, err := ParseReply(frame)
 	if err != nil {
 		return // requests (including our own, looped back), other traffic, garbage
@@ -401,6 +450,7 @@ func (r *reader) handle(frame []byte, now time.Time) {
 	}
 	st.macs = append(st.macs, rep.SenderMAC)
 	st.arrived = append(st.arrived, now)
+	st.stamped = append(st.stamped, kernel)
 }
 
 func (r *reader) requests(order []*probeState) int {

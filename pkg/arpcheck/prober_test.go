@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -176,6 +177,26 @@ func TestProber(t *testing.T) {
 	}
 }
 
+// TestProberReplyBeforeWriteReturns covers a reply read while WriteTo is
+// still returning (on a veth the whole exchange happens inside sendto): it
+// must count, with a positive RTT.
+func TestProberReplyBeforeWriteReturns(t *testing.T) {
+	a := mustMAC(t, "52:54:00:00:00:0a")
+	c := newFakeConn(segment(t, &responder{mac: a, ips: []netip.Addr{ip("10.0.0.9")}}))
+	c.syncReply = true
+	p := newTestProber(t, c, 50*time.Millisecond, 1)
+	obs, err := p.Probe(context.Background(), []netip.Addr{ip("10.0.0.9")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string][]string{"10.0.0.9": {a.String()}}, macsOf(obs)); diff != "" {
+		t.Errorf("responders (-want +got):\n%s", diff)
+	}
+	if obs[0].RTT <= 0 {
+		t.Errorf("RTT %v", obs[0].RTT)
+	}
+}
+
 func TestProberLateReplyNotCounted(t *testing.T) {
 	a := mustMAC(t, "52:54:00:00:00:0a")
 	c := newFakeConn(segment(t, &responder{mac: a, ips: []netip.Addr{ip("10.0.0.9")}, delay: 300 * time.Millisecond}))
@@ -272,11 +293,20 @@ type errConn struct{ *fakeConn }
 func (errConn) ReadFrom([]byte) (int, net.Addr, error) { return 0, nil, errors.New("boom") }
 
 func TestProberReadError(t *testing.T) {
-	p, err := NewProber(errConn{newFakeConn(nil)}, nil, "x", proberMAC, proberIP, ProbeOptions{Window: 20 * time.Millisecond, Attempts: 1})
+	var (
+		p   *Prober
+		err error
+	)
+	p, err = NewProber(errConn{newFakeConn(nil)}, nil, "x", proberMAC, proberIP, ProbeOptions{Window: 10 * time.Second, Attempts: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Probe(context.Background(), []netip.Addr{ip("10.0.0.9")}); err == nil {
-		t.Error("a broken socket gave no error")
+	start := time.Now()
+	_, err = p.Probe(context.Background(), []netip.Addr{ip("10.0.0.9")})
+	if err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Errorf("a broken socket gave error %v, want the read error", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("a broken socket was noticed after %v, not at once", d)
 	}
 }

@@ -83,3 +83,17 @@ func classify(macs, expected []net.HardwareAddr) Result {
 func containsMAC(list []net.HardwareAddr, mac net.HardwareAddr) bool {
 	return slices.ContainsFunc(list, func(m net.HardwareAddr) bool { return bytes.Equal(m, mac) })
 }
+
+// classifyByNode refines an answered verdict when only the announcing node's
+// name is known (no expected MACs): a single responder whose MAC a node
+// resolver attributes to another node is a wrong responder. An unknown MAC
+// proves nothing and leaves the verdict alone.
+func classifyByNode(r Result, responderNodes []string, expectedNode string) Result {
+	if r != ResultAnswered || expectedNode == "" || len(responderNodes) != 1 {
+		return r
+	}
+	if n := responderNodes[0]; n != "" && n != expectedNode {
+		return ResultWrongResponder
+	}
+	return r
+}

@@ -68,3 +68,28 @@ func TestResultText(t *testing.T) {
 		}
 	}
 }
+
+func TestClassifyByNode(t *testing.T) {
+	tests := []struct {
+		name     string
+		in       Result
+		nodes    []string
+		expected string
+		want     Result
+	}{
+		{name: "responder is the announcer", in: ResultAnswered, nodes: []string{"a"}, expected: "a", want: ResultAnswered},
+		{name: "responder is another node", in: ResultAnswered, nodes: []string{"b"}, expected: "a", want: ResultWrongResponder},
+		{name: "responder MAC unknown", in: ResultAnswered, nodes: []string{""}, expected: "a", want: ResultAnswered},
+		{name: "no announcer known", in: ResultAnswered, nodes: []string{"b"}, want: ResultAnswered},
+		{name: "no resolver", in: ResultAnswered, expected: "a", want: ResultAnswered},
+		{name: "conflict stays conflict", in: ResultConflict, nodes: []string{"a", "b"}, expected: "a", want: ResultConflict},
+		{name: "no reply stays no reply", in: ResultNoReply, expected: "a", want: ResultNoReply},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := classifyByNode(tt.in, tt.nodes, tt.expected); got != tt.want {
+				t.Errorf("classifyByNode(%s, %v, %q) = %s, want %s", tt.in, tt.nodes, tt.expected, got, tt.want)
+			}
+		})
+	}
+}

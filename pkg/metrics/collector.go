@@ -53,6 +53,7 @@ type Collector struct {
 	buildInfo            *prometheus.Desc
 	checkStatus          *prometheus.Desc
 	conditionStatus      *prometheus.Desc
+	conditionReason      *prometheus.Desc
 	moduleLoaded         *prometheus.Desc
 	moduleDeclared       *prometheus.Desc
 	moduleAvailable      *prometheus.Desc
@@ -88,7 +89,10 @@ func newCollector(snapshot func() Snapshot, info version.Info) *Collector {
 			"check", "status"),
 		conditionStatus: d("node", "condition_status",
 			"Status of each Node condition ipvs-guard owns (True means a problem): 1 for the current status, 0 for the others.",
-			"condition", "status", "reason"),
+			"condition", "status"),
+		conditionReason: d("node", "condition_reason",
+			"Current reason of each Node condition ipvs-guard owns; the value is always 1.",
+			"condition", "reason"),
 		moduleLoaded: d("modules", "loaded",
 			"Whether a required kernel module is loaded or built in (1) or not (0).",
 			"module"),
@@ -123,7 +127,7 @@ func newCollector(snapshot func() Snapshot, info version.Info) *Collector {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		c.buildInfo, c.checkStatus, c.conditionStatus,
+		c.buildInfo, c.checkStatus, c.conditionStatus, c.conditionReason,
 		c.moduleLoaded, c.moduleDeclared, c.moduleAvailable, c.moduleStale,
 		c.kubeProxyMode, c.virtualServers, c.virtualServersNoReal,
 		c.arpProbeResult, c.arpResponders, c.arpProbeRTT,
@@ -142,7 +146,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	snap := c.snapshot()
 	for _, cond := range snap.Conditions {
 		for _, s := range conditionStatuses {
-			gauge(c.conditionStatus, boolValue(cond.Status == s), cond.Type, s, cond.Reason)
+			gauge(c.conditionStatus, boolValue(cond.Status == s), cond.Type, s)
+		}
+		if cond.Reason != "" {
+			gauge(c.conditionReason, 1, cond.Type, cond.Reason)
 		}
 	}
 

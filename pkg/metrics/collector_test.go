@@ -167,7 +167,7 @@ ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.12"} 2
 					{Type: "KubeProxyIPVSDegraded", Status: "True", Reason: "NotInIPVSMode"},
 				},
 			},
-			metrics: []string{"ipvs_guard_kube_proxy_mode", "ipvs_guard_ipvs_virtual_servers", "ipvs_guard_ipvs_virtual_servers_without_real_servers", "ipvs_guard_node_condition_status"},
+			metrics: []string{"ipvs_guard_kube_proxy_mode", "ipvs_guard_ipvs_virtual_servers", "ipvs_guard_ipvs_virtual_servers_without_real_servers", "ipvs_guard_node_condition_status", "ipvs_guard_node_condition_reason"},
 			want: `
 # HELP ipvs_guard_ipvs_virtual_servers Number of IPVS virtual servers in the node's table.
 # TYPE ipvs_guard_ipvs_virtual_servers gauge
@@ -178,11 +178,14 @@ ipvs_guard_ipvs_virtual_servers_without_real_servers 2
 # HELP ipvs_guard_kube_proxy_mode The proxy mode kube-proxy reports on its metrics port; the value is always 1.
 # TYPE ipvs_guard_kube_proxy_mode gauge
 ipvs_guard_kube_proxy_mode{mode="iptables"} 1
+# HELP ipvs_guard_node_condition_reason Current reason of each Node condition ipvs-guard owns; the value is always 1.
+# TYPE ipvs_guard_node_condition_reason gauge
+ipvs_guard_node_condition_reason{condition="KubeProxyIPVSDegraded",reason="NotInIPVSMode"} 1
 # HELP ipvs_guard_node_condition_status Status of each Node condition ipvs-guard owns (True means a problem): 1 for the current status, 0 for the others.
 # TYPE ipvs_guard_node_condition_status gauge
-ipvs_guard_node_condition_status{condition="KubeProxyIPVSDegraded",reason="NotInIPVSMode",status="False"} 0
-ipvs_guard_node_condition_status{condition="KubeProxyIPVSDegraded",reason="NotInIPVSMode",status="True"} 1
-ipvs_guard_node_condition_status{condition="KubeProxyIPVSDegraded",reason="NotInIPVSMode",status="Unknown"} 0
+ipvs_guard_node_condition_status{condition="KubeProxyIPVSDegraded",status="False"} 0
+ipvs_guard_node_condition_status{condition="KubeProxyIPVSDegraded",status="True"} 1
+ipvs_guard_node_condition_status{condition="KubeProxyIPVSDegraded",status="Unknown"} 0
 `,
 		},
 		{

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 )
@@ -109,4 +110,25 @@ func (m *Metrics) ObserveModuleLoad(module string, err error) {
 // records the round-trip times found in ARP results.
 func (m *Metrics) ObserveARPProbe(result string, d time.Duration) {
 	m.arpProbeDuration.WithLabelValues(result).Observe(d.Seconds())
+}
+
+// NewRegistry returns the registry `ipvs-guard run` serves on /metrics: Go
+// runtime and process metrics, the state [Collector] over snapshot and the
+// activity [Metrics], which it also returns for the loop to record into.
+func NewRegistry(snapshot func() Snapshot) (*prometheus.Registry, *Metrics, error) {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		return nil, nil, fmt.Errorf("registering Go metrics: %w", err)
+	}
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, nil, fmt.Errorf("registering process metrics: %w", err)
+	}
+	if err := reg.Register(NewCollector(snapshot)); err != nil {
+		return nil, nil, fmt.Errorf("registering state metrics: %w", err)
+	}
+	m, err := NewMetrics(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return reg, m, nil
 }

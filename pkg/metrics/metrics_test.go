@@ -82,3 +82,26 @@ func TestNewMetricsTwiceOnOneRegistry(t *testing.T) {
 		t.Error("second NewMetrics on the same registry: got nil error, want a registration error")
 	}
 }
+
+func TestNewRegistry(t *testing.T) {
+	reg, m, err := NewRegistry(func() Snapshot {
+		return Snapshot{Results: []check.Result{{Name: check.NameModules, Status: check.StatusOK}}}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ObserveCheck(check.Result{Name: check.NameModules, Status: check.StatusOK}, nil, time.Millisecond, time.Unix(1, 0))
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, f := range families {
+		names[f.GetName()] = true
+	}
+	for _, want := range []string{"go_goroutines", "process_resident_memory_bytes", "ipvs_guard_build_info", "ipvs_guard_check_status", "ipvs_guard_reconcile_total"} {
+		if !names[want] {
+			t.Errorf("registry lacks %s", want)
+		}
+	}
+}

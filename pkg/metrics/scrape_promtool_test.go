@@ -20,8 +20,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
+	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/httpserver"
+	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
 
 // TestScrapeIsValidForPromtool serves the collector and the activity metrics
@@ -34,18 +36,18 @@ func TestScrapeIsValidForPromtool(t *testing.T) {
 	snap := Snapshot{
 		Results: []check.Result{
 			{Name: check.NameModules, Status: check.StatusProblem, Findings: []check.Finding{
-				moduleFinding{Module: "ip_vs", Loaded: true, Available: true, Declared: true},
-				moduleFinding{Module: "ip_vs_rr", Loaded: true, Available: true, Declared: true},
-				moduleFinding{Module: "ip_vs_lc", Available: true},
-				moduleFinding{Module: "nf_conntrack", Loaded: true, Available: true, Declared: true},
-				moduleFinding{Module: "nf_conntrack_ipv4", Declared: true, Stale: true},
+				modules.Finding{Module: "ip_vs", Loaded: true, Available: true, Declared: true},
+				modules.Finding{Module: "ip_vs_rr", Loaded: true, Available: true, Declared: true},
+				modules.Finding{Module: "ip_vs_lc", Available: true},
+				modules.Finding{Module: "nf_conntrack", Loaded: true, Available: true, Declared: true},
+				modules.Finding{Module: "nf_conntrack_ipv4", Declared: true, Stale: true},
 			}},
 			{Name: check.NameKubeProxy, Status: check.StatusOK, Findings: []check.Finding{modeFinding{Mode: "ipvs"}}},
 			{Name: check.NameIPVS, Status: check.StatusOK, Findings: []check.Finding{tableFinding{VirtualServers: 12, WithoutReal: 1}}},
 			{Name: check.NameARPSysctls, Status: check.StatusSkipped},
 			{Name: check.NameARP, Status: check.StatusProblem, Findings: []check.Finding{
-				arpFinding{IP: "192.0.2.10", Interface: "eth0", Result: "answered", MACs: []string{"02:00:00:00:00:01"}, RTTSeconds: 0.0009},
-				arpFinding{IP: "192.0.2.11", Interface: "eth0", Result: "no-reply"},
+				arpcheck.Finding{IP: "192.0.2.10", Interface: "eth0", Result: arpcheck.ResultAnswered, MACs: []string{"02:00:00:00:00:01"}, RTTSeconds: 0.0009},
+				arpcheck.Finding{IP: "192.0.2.11", Interface: "eth0", Result: arpcheck.ResultNoReply},
 			}},
 		},
 		Conditions: []Condition{
@@ -75,7 +77,9 @@ func TestScrapeIsValidForPromtool(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- httpserver.New(ln.Addr().String(), httpserver.NewHandler(httpserver.Options{Gatherer: reg})).Serve(ctx, ln) }()
+	go func() {
+		done <- httpserver.New(ln.Addr().String(), httpserver.NewHandler(httpserver.Options{Gatherer: reg})).Serve(ctx, ln)
+	}()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

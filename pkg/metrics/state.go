@@ -5,7 +5,9 @@ package metrics
 import (
 	"encoding/json"
 
+	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
 
 // moduleState is what the collector reads from a modules finding (DESIGN §8).
@@ -43,13 +45,34 @@ type resultState struct {
 	withoutReal    *int
 }
 
-// stateOf extracts the state a check result exposes. Findings are read through
-// their JSON form, which DESIGN §8 makes a stable contract, so this package
-// does not depend on the checking packages' Go types.
+// stateOf extracts the state a check result exposes. The checking packages'
+// finding types are read directly; any other finding is read through its JSON
+// form, which DESIGN §8 makes a stable contract.
 func stateOf(r check.Result) resultState {
 	var st resultState
 	for _, f := range r.Findings {
-		if f == nil {
+		switch f := f.(type) {
+		case nil:
+			continue
+		case modules.Finding:
+			st.modules = append(st.modules, fromModule(f))
+			continue
+		case *modules.Finding:
+			if f != nil {
+				st.modules = append(st.modules, fromModule(*f))
+			}
+			continue
+		case arpcheck.Finding:
+			if a, ok := fromARP(f); ok {
+				st.arp = append(st.arp, a)
+			}
+			continue
+		case *arpcheck.Finding:
+			if f != nil {
+				if a, ok := fromARP(*f); ok {
+					st.arp = append(st.arp, a)
+				}
+			}
 			continue
 		}
 		raw, err := json.Marshal(f)
@@ -84,4 +107,16 @@ func stateOf(r check.Result) resultState {
 		}
 	}
 	return st
+}
+
+func fromModule(f modules.Finding) moduleState {
+	return moduleState{Module: f.Module, Loaded: f.Loaded, Builtin: f.Builtin, Available: f.Available, Declared: f.Declared, Stale: f.Stale}
+}
+
+// fromARP converts an ARP finding; one without a verdict is not exposed.
+func fromARP(f arpcheck.Finding) (arpState, bool) {
+	if f.IP == "" || f.Result == arpcheck.ResultUnknown {
+		return arpState{}, false
+	}
+	return arpState{IP: f.IP, Interface: f.Interface, Result: f.Result.String(), MACs: f.MACs, RTTSeconds: f.RTTSeconds}, true
 }

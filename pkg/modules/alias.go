@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode"
 )
 
 // Alias maps a wildcard pattern (fnmatch syntax: * ? [...]) to a module.
@@ -29,7 +30,7 @@ func ParseModulesAlias(r io.Reader) ([]Alias, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(c.Softdeps)+len(c.Options)+len(c.Blacklist) > 0 {
+	if len(c.Softdeps)+len(c.Options)+len(c.Blacklist)+len(c.Install) > 0 {
 		return nil, fmt.Errorf("modules.alias holds commands other than alias")
 	}
 	return c.Aliases, nil
@@ -46,6 +47,66 @@ func resolveAlias(aliases []Alias, name string) []string {
 		}
 	}
 	return out
+}
+
+// scanAliases resolves name against the text of a modules.alias file
+// without parsing all of it: only lines whose pattern's literal prefix can
+// match name are split and matched. It gives the same answer as
+// resolveAlias over ParseModulesAlias for depmod's output (which has no
+// continuation lines) at a fraction of the cost; malformed lines are skipped.
+func scanAliases(data, name string) []string {
+	n := normalizeAlias(name)
+	var out []string
+	for len(data) > 0 {
+		line := data
+		if i := strings.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			data = ""
+		}
+		rest, ok := strings.CutPrefix(strings.TrimLeftFunc(line, unicode.IsSpace), "alias")
+		if !ok || rest == "" || strings.IndexFunc(rest, unicode.IsSpace) != 0 {
+			continue
+		}
+		rest = strings.TrimLeftFunc(rest, unicode.IsSpace)
+		pat := rest
+		if i := strings.IndexFunc(rest, unicode.IsSpace); i >= 0 {
+			pat = rest[:i]
+		}
+		if !literalPrefixMatches(pat, n) {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) < 2 {
+			continue
+		}
+		m := Normalize(f[1])
+		if validModuleName(m) && fnmatch(normalizeAlias(f[0]), n) && !contains(out, m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// literalPrefixMatches reports whether the part of pattern before its first
+// wildcard can match the start of the normalised name n ('-' counts as '_').
+func literalPrefixMatches(pattern, n string) bool {
+	for i := 0; i < len(pattern); i++ {
+		c := pattern[i]
+		if c == '*' || c == '?' || c == '[' {
+			return true
+		}
+		if i >= len(n) {
+			return false
+		}
+		if c == '-' {
+			c = '_'
+		}
+		if c != n[i] {
+			return false
+		}
+	}
+	return len(pattern) == len(n)
 }
 
 // normalizeAlias replaces '-' with '_' outside bracket expressions, as kmod's

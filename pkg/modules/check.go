@@ -80,7 +80,15 @@ func (c *Checker) Name() string { return check.NameModules }
 // only when the state could not be read at all.
 func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	log := klog.FromContext(ctx).WithValues("check", check.NameModules)
-	obs, err := Observe(c.cfg.Root, c.cfg.Scheduler)
+	rel, err := c.cfg.Root.KernelRelease()
+	if err != nil {
+		return check.Result{}, err
+	}
+	ix, err := ReadIndex(c.cfg.Root, rel)
+	if err != nil {
+		return check.Result{}, err
+	}
+	obs, err := observeWith(c.cfg.Root, c.cfg.Scheduler, ix)
 	if err != nil {
 		return check.Result{}, err
 	}
@@ -88,7 +96,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	var failures []string
 	if c.cfg.Remediate {
 		actions, failures = c.remediate(klog.NewContext(ctx, log), obs)
-		if obs, err = Observe(c.cfg.Root, c.cfg.Scheduler); err != nil {
+		if obs, err = observeWith(c.cfg.Root, c.cfg.Scheduler, ix); err != nil {
 			return check.Result{}, err
 		}
 	}
@@ -114,7 +122,7 @@ func (c *Checker) ownedMerge(obs *Observation) (existing []byte, m MergeResult, 
 	}
 	var want []string
 	for _, f := range obs.Findings {
-		if f.wanted && (f.Available || obs.Index.DepMissing) {
+		if f.wanted && !f.Builtin && (f.Available || obs.Index.DepMissing) {
 			want = append(want, f.Module)
 		}
 	}
@@ -133,7 +141,10 @@ func (c *Checker) remediate(ctx context.Context, obs *Observation) (actions, fai
 	if _, m, err := c.ownedMerge(obs); err != nil {
 		failures = append(failures, err.Error())
 	} else if m.Changed {
-		if err := WriteFileAtomic(path, m.Content, 0o644); err != nil {
+		if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			target, _ := os.Readlink(path)
+			failures = append(failures, fmt.Sprintf("did not write %s: it is a symbolic link to %s (a link to /dev/null masks it); ipvs-guard writes only a regular file it owns", c.cfg.DeclarationFile, target))
+		} else if err := WriteFileAtomic(path, m.Content, 0o644); err != nil {
 			failures = append(failures, fmt.Sprintf("could not write %s: %v", c.cfg.DeclarationFile, rootCause(err)))
 			log.Error(err, "Writing the module declaration file failed")
 		} else {
@@ -159,7 +170,7 @@ func (c *Checker) remediate(ctx context.Context, obs *Observation) (actions, fai
 	}
 	loader := c.cfg.Loader
 	if loader == nil {
-		nl, err := NewNativeLoader(c.cfg.Root)
+		nl, err := nativeLoaderFor(c.cfg.Root, obs.Index)
 		if err != nil {
 			failures = append(failures, fmt.Sprintf("did not load %s: %v", strings.Join(toLoad, ", "), err))
 			return actions, failures

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
@@ -125,6 +126,12 @@ func TestObserveBuiltinAndSysModule(t *testing.T) {
 	}
 	if f := findingOf(t, o, "ip_vs_sh"); !f.Loaded || !f.Builtin || !f.Available {
 		t.Errorf("builtin ip_vs_sh = %+v", f)
+	}
+	if p := o.problems(); contains(p.notPersisted, "ip_vs_sh") || contains(p.notLoaded, "ip_vs_sh") {
+		t.Errorf("a built-in module needs neither loading nor declaring: %+v", p)
+	}
+	if got := findingOf(t, o, "ip_vs_sh").String(); got != "ip_vs_sh: built in" {
+		t.Errorf("String() = %q", got)
 	}
 	if f := findingOf(t, o, "ip_vs_wrr"); !f.Loaded || f.Builtin {
 		t.Errorf("ip_vs_wrr in /sys/module = %+v", f)
@@ -250,7 +257,7 @@ func TestRemediateAndIdempotence(t *testing.T) {
 	}
 	loader := &procLoader{root: dir}
 	c := NewChecker(Config{Root: hostfs.New(dir), Remediate: true, Loader: loader})
-	res, err := c.Run(context.Background())
+	res, err := c.Run(testCtx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +290,7 @@ func TestRemediateAndIdempotence(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := statOf(t, owned)
-	res, err = c.Run(context.Background())
+	res, err = c.Run(testCtx(t))
 	if err != nil || res.Status != check.StatusOK || len(res.Actions) != 0 {
 		t.Fatalf("second run: %v %+v", err, res)
 	}
@@ -314,7 +321,7 @@ func TestObserveOnlyChangesNothing(t *testing.T) {
 	dir := copyTree(t, "debian12")
 	loader := &procLoader{root: dir}
 	c := NewChecker(Config{Root: hostfs.New(dir), Loader: loader})
-	res, err := c.Run(context.Background())
+	res, err := c.Run(testCtx(t))
 	if err != nil || res.Status != check.StatusProblem || res.Reason != ReasonModulesNotLoaded {
 		t.Fatalf("got %v %+v", err, res)
 	}
@@ -330,7 +337,7 @@ func TestStaleInForeignFileIsNotEdited(t *testing.T) {
 	dir := copyTree(t, "ubuntu2404")
 	before, _ := os.ReadFile(filepath.Join(dir, "etc/modules"))
 	c := NewChecker(Config{Root: hostfs.New(dir), Scheduler: "lc", Remediate: true, Loader: &procLoader{root: dir}})
-	res, err := c.Run(context.Background())
+	res, err := c.Run(testCtx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +361,7 @@ func TestReadOnlyEtc(t *testing.T) {
 	makeReadOnly(t, mld)
 	loader := &procLoader{root: dir}
 	c := NewChecker(Config{Root: hostfs.New(dir), Remediate: true, Loader: loader})
-	res, err := c.Run(context.Background())
+	res, err := c.Run(testCtx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,7 +443,7 @@ func TestBadInputIsAnErrorNotAPanic(t *testing.T) {
 			dir := copyTree(t, "debian12")
 			tc.mutate(t, dir)
 			c := NewChecker(Config{Root: hostfs.New(dir)})
-			rep := diagnose.Run(context.Background(), "n", "", []check.Checker{c})
+			rep := diagnose.Run(testCtx(t), "n", "", []check.Checker{c})
 			if rep.ExitCode() != diagnose.ExitError {
 				t.Fatalf("exit = %d, want %d; %+v", rep.ExitCode(), diagnose.ExitError, rep.Checks)
 			}
@@ -450,7 +457,7 @@ func TestBadInputIsAnErrorNotAPanic(t *testing.T) {
 func TestKernelMismatchDoesNotLoad(t *testing.T) {
 	dir := copyTree(t, "debian12")
 	c := NewChecker(Config{Root: hostfs.New(dir), Remediate: true}) // native loader
-	res, err := c.Run(context.Background())
+	res, err := c.Run(testCtx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -484,3 +491,27 @@ func appendFile(t *testing.T, p, s string) {
 }
 
 var _ = syscall.EEXIST
+
+func TestMaskedOwnedFileIsNotReplaced(t *testing.T) {
+	dir := copyTree(t, "debian12")
+	owned := filepath.Join(dir, "etc/modules-load.d/ipvs.conf")
+	must(t, os.Symlink("/dev/null", owned))
+	c := NewChecker(Config{Root: hostfs.New(dir), Remediate: true, Loader: &procLoader{root: dir}})
+	res, err := c.Run(testCtx(t))
+	must(t, err)
+	if !strings.Contains(res.Message, "did not write /etc/modules-load.d/ipvs.conf: it is a symbolic link to /dev/null") {
+		t.Errorf("message: %s", res.Message)
+	}
+	if target, err := os.Readlink(owned); err != nil || target != "/dev/null" {
+		t.Errorf("the mask was replaced: %q %v", target, err)
+	}
+	if res.Reason != ReasonModulesNotPersisted {
+		t.Errorf("reason = %s", res.Reason)
+	}
+}
+
+// testCtx returns a context whose logger writes through t.Log.
+func testCtx(t *testing.T) context.Context {
+	_, ctx := ktesting.NewTestContext(t)
+	return ctx
+}

@@ -25,6 +25,26 @@
 // module list (finit_module / init_module, resolving modules.dep,
 // modules.softdep and modules.alias like kmod's modprobe does).
 //
+// Using it:
+//
+//   - The check: NewChecker(Config{Root, Scheduler, Remediate, DeclarationFile,
+//     Loader}) is a check.Checker named "modules". Its Result.Reason is the most
+//     severe of ReasonModuleNotInKernel, ReasonModulesNotLoaded,
+//     ReasonModulesNotPersisted, ReasonStaleModuleDeclaration (or
+//     ReasonModulesReady when all is well); Findings are Finding values, one
+//     per desired module, then one per stale ip_vs*/nf_conntrack* declaration
+//     of a module not desired. Stale declarations of other module families
+//     are not this package's business and are not reported.
+//   - Reading only: Observe(root, scheduler) returns the same findings plus
+//     the kernel index and every declaration, for metrics and conditions.
+//   - Loading: NewNativeLoader(root) then Load(ctx, names). It refuses
+//     (ErrKernelMismatch) when root's osrelease is not uname's. Errors wrap
+//     ErrModuleNotFound, ErrNotELF, ErrInstallCommand or the kernel's errno
+//     (errors.Is(err, syscall.ENODEV), …) and name the module and file.
+//   - The declaration file must sit in one of ModulesLoadDirs to count as a
+//     declaration; a symbolic link there (a /dev/null mask included) is never
+//     replaced.
+//
 // What it must not do: run modprobe, insmod or any other program; edit a
 // declaration file it does not own (stale lines there are findings naming the
 // file); load anything into a kernel other than the one the files describe

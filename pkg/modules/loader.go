@@ -32,6 +32,9 @@ var (
 	ErrKernelMismatch = errors.New("module tree is not the running kernel's")
 	// ErrNotSupported: module loading is not available on this platform.
 	ErrNotSupported = errors.New("module loading is not supported on this platform")
+	// ErrInstallCommand: modprobe.d replaces the module's loading with an
+	// install command, which ipvs-guard never runs.
+	ErrInstallCommand = errors.New("modprobe.d has an install command for it, which ipvs-guard does not run")
 )
 
 // maxModuleSize bounds a decompressed module image (the largest in-tree
@@ -69,10 +72,12 @@ type NativeLoader struct {
 	root        hostfs.Root
 	ix          *Index
 	confAliases []Alias // modprobe.d
-	depAliases  []Alias // modules.alias
+	aliasFile   string  // path of modules.alias, read on the first alias lookup
+	aliasData   *string // its content once read ("" when missing)
 	softdeps    map[string]Softdep
 	options     map[string]string
 	blacklist   map[string]bool
+	install     map[string]string
 	compression string // contents of /sys/module/compression
 	k           kernel
 	loaded      map[string]bool
@@ -100,6 +105,18 @@ func NewNativeLoader(root hostfs.Root) (*NativeLoader, error) {
 	return newLoader(root, rel, sysKernel{})
 }
 
+// nativeLoaderFor is NewNativeLoader reusing an index already read.
+func nativeLoaderFor(root hostfs.Root, ix *Index) (*NativeLoader, error) {
+	running, err := runningRelease()
+	if err != nil {
+		return nil, err
+	}
+	if ix.Release != running {
+		return nil, fmt.Errorf("%s holds kernel %s but the running kernel is %s: %w", root.Path("/lib/modules"), ix.Release, running, ErrKernelMismatch)
+	}
+	return loaderFromIndex(root, ix, sysKernel{})
+}
+
 // newLoader reads the module index and modprobe configuration of release
 // under root; k performs the syscalls.
 func newLoader(root hostfs.Root, release string, k kernel) (*NativeLoader, error) {
@@ -107,17 +124,16 @@ func newLoader(root hostfs.Root, release string, k kernel) (*NativeLoader, error
 	if err != nil {
 		return nil, err
 	}
+	return loaderFromIndex(root, ix, k)
+}
+
+func loaderFromIndex(root hostfs.Root, ix *Index, k kernel) (*NativeLoader, error) {
+	release := ix.Release
 	if ix.DepMissing {
 		return nil, fmt.Errorf("cannot load modules: %s does not exist (run depmod %s, or mount /lib/modules): %w", filepath.Join(ix.Dir, "modules.dep"), release, os.ErrNotExist)
 	}
-	l := &NativeLoader{root: root, ix: ix, k: k, softdeps: map[string]Softdep{}, options: map[string]string{}, blacklist: map[string]bool{}}
-	if err := parseFile(filepath.Join(ix.Dir, "modules.alias"), func(r io.Reader) error {
-		a, err := ParseModulesAlias(r)
-		l.depAliases = a
-		return err
-	}); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
+	l := &NativeLoader{root: root, ix: ix, k: k, softdeps: map[string]Softdep{}, options: map[string]string{}, blacklist: map[string]bool{},
+		aliasFile: filepath.Join(ix.Dir, "modules.alias")}
 	if err := parseFile(filepath.Join(ix.Dir, "modules.softdep"), func(r io.Reader) error {
 		s, err := ParseModulesSoftdep(r)
 		if s != nil {
@@ -134,6 +150,7 @@ func newLoader(root hostfs.Root, release string, k kernel) (*NativeLoader, error
 	l.confAliases = conf.Aliases
 	l.options = conf.Options
 	l.blacklist = conf.Blacklist
+	l.install = conf.Install
 	for m, s := range conf.Softdeps { // modprobe.d softdeps replace depmod's, as in kmod
 		l.softdeps[m] = s
 	}
@@ -220,7 +237,7 @@ func (l *NativeLoader) loadRequested(ctx context.Context, name string) error {
 	if l.ix.IsBuiltin(name) || l.loaded[name] {
 		return nil
 	}
-	cands := l.lookup(name, false)
+	cands := l.lookup(name)
 	if len(cands) == 0 {
 		return fmt.Errorf("loading %s: %w: not in modules.dep, modules.builtin or modules.alias of kernel %s", name, ErrModuleNotFound, l.ix.Release)
 	}
@@ -240,8 +257,8 @@ func (l *NativeLoader) loadRequested(ctx context.Context, name string) error {
 
 // lookup resolves a name to module names the way kmod does: modprobe.d
 // aliases, then a module of that name, then modules.alias (blacklisted
-// modules skipped when viaAlias filtering applies), then built-ins.
-func (l *NativeLoader) lookup(name string, softdep bool) []string {
+// modules skipped), then built-ins.
+func (l *NativeLoader) lookup(name string) []string {
 	if c := resolveAlias(l.confAliases, name); len(c) > 0 {
 		return c
 	}
@@ -249,7 +266,7 @@ func (l *NativeLoader) lookup(name string, softdep bool) []string {
 		return []string{name}
 	}
 	var out []string
-	for _, c := range resolveAlias(l.depAliases, name) {
+	for _, c := range l.moduleAliases(name) {
 		if !l.blacklist[c] {
 			out = append(out, c)
 		}
@@ -263,6 +280,21 @@ func (l *NativeLoader) lookup(name string, softdep bool) []string {
 	return nil
 }
 
+// moduleAliases resolves name through modules.alias, reading the file on
+// first use (most loads never need it). A missing or unreadable file
+// resolves nothing.
+func (l *NativeLoader) moduleAliases(name string) []string {
+	if l.aliasData == nil {
+		b, err := os.ReadFile(l.aliasFile)
+		s := ""
+		if err == nil {
+			s = string(b)
+		}
+		l.aliasData = &s
+	}
+	return scanAliases(*l.aliasData, name)
+}
+
 // insertTree loads module name after its pre softdeps and its dependencies
 // (last modules.dep entry first), then its post softdeps.
 func (l *NativeLoader) insertTree(ctx context.Context, name string, visiting map[string]bool) error {
@@ -273,6 +305,9 @@ func (l *NativeLoader) insertTree(ctx context.Context, name string, visiting map
 		return fmt.Errorf("loading %s: %w", name, err)
 	}
 	visiting[name] = true
+	if cmd, ok := l.install[name]; ok {
+		return fmt.Errorf("loading %s: %w (install %s %s)", name, ErrInstallCommand, name, cmd)
+	}
 	e, ok := l.ix.Deps[name]
 	if !ok {
 		return fmt.Errorf("loading %s: %w: not in modules.dep or modules.builtin of kernel %s", name, ErrModuleNotFound, l.ix.Release)
@@ -295,7 +330,7 @@ func (l *NativeLoader) insertTree(ctx context.Context, name string, visiting map
 // softLoad loads soft dependencies; like kmod it ignores their failures.
 func (l *NativeLoader) softLoad(ctx context.Context, of, kind string, names []string, visiting map[string]bool) {
 	for _, s := range names {
-		for _, c := range l.lookup(s, true) {
+		for _, c := range l.lookup(s) {
 			if err := l.insertTree(ctx, c, visiting); err != nil {
 				klog.FromContext(ctx).V(2).Info("Soft dependency not loaded", "module", of, "softdep", kind, "candidate", c, "err", err)
 			}
@@ -335,6 +370,9 @@ func (l *NativeLoader) finit(path, params string) error {
 	var magic [4]byte
 	if _, err := io.ReadFull(f, magic[:]); err != nil || !isELF(magic[:]) {
 		return ErrNotELF
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
 	}
 	return l.k.FinitModule(int(f.Fd()), params, 0)
 }

@@ -115,6 +115,12 @@ func TestLoaderResolutionOrder(t *testing.T) {
 			wantInserted: []string{"crc32c_intel", "crc32c_generic", "libcrc32c", "nf_defrag_ipv4", "nf_defrag_ipv6"},
 			wantErr:      syscall.ENOMEM},
 		{name: "unknown module", load: []string{"ip_vs_nosuch"}, wantErr: ErrModuleNotFound},
+		{name: "install command is never run", load: []string{"ip_vs_sh"}, options: "install ip_vs_sh /bin/false\n", wantErr: ErrInstallCommand},
+		{name: "blacklisted alias candidate skipped", load: []string{"ip_vs"}, options: "blacklist crc32c_intel\n",
+			wantCalls:    ipvsClosure[1:],
+			wantInserted: []string{"crc32c_generic", "libcrc32c", "nf_defrag_ipv4", "nf_defrag_ipv6", "nf_conntrack", "ip_vs"}},
+		{name: "modprobe.d alias wins", load: []string{"crc32c"}, options: "alias crc32c crc32c_generic\n",
+			wantCalls: []string{"finit:crc32c_generic::0"}, wantInserted: []string{"crc32c_generic"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

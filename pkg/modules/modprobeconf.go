@@ -21,10 +21,14 @@ type ModprobeConfig struct {
 	Softdeps map[string]Softdep
 	// Blacklist names modules whose aliases must not load them.
 	Blacklist map[string]bool
+	// Install holds the install command per module. It is never run: a
+	// module with one is not loaded (the administrator replaced its loading
+	// with a command, often /bin/false to forbid it).
+	Install map[string]string
 }
 
 func newModprobeConfig() *ModprobeConfig {
-	return &ModprobeConfig{Options: map[string]string{}, Softdeps: map[string]Softdep{}, Blacklist: map[string]bool{}}
+	return &ModprobeConfig{Options: map[string]string{}, Softdeps: map[string]Softdep{}, Blacklist: map[string]bool{}, Install: map[string]string{}}
 }
 
 // merge appends o's entries after c's (earlier files win for aliases, as
@@ -47,6 +51,11 @@ func (c *ModprobeConfig) merge(o *ModprobeConfig) {
 	for k := range o.Blacklist {
 		c.Blacklist[k] = true
 	}
+	for k, v := range o.Install {
+		if _, ok := c.Install[k]; !ok { // the first install command wins, as in kmod
+			c.Install[k] = v
+		}
+	}
 }
 
 // ParseModprobeConfig parses modprobe.d syntax: one command per line
@@ -56,7 +65,8 @@ func (c *ModprobeConfig) merge(o *ModprobeConfig) {
 //	options <module> <param=value …>
 //	softdep <module> pre: <m …> post: <m …>
 //	blacklist <module>
-//	install|remove <module> <command …>   (read, never run, not kept)
+//	install <module> <command …>   (kept, never run)
+//	remove <module> <command …>    (ignored)
 //
 // Unknown commands are skipped as kmod skips them; a known command with too
 // few arguments is an error naming the line.
@@ -127,6 +137,14 @@ func (c *ModprobeConfig) parseLine(line string) error {
 			return fmt.Errorf("blacklist needs a module: %q", line)
 		}
 		c.Blacklist[Normalize(f[1])] = true
+	case "install":
+		if len(f) < 3 {
+			return fmt.Errorf("install needs a module and a command: %q", line)
+		}
+		name := Normalize(f[1])
+		if _, ok := c.Install[name]; !ok {
+			c.Install[name] = strings.Join(f[2:], " ")
+		}
 	case "softdep":
 		if len(f) < 2 {
 			return fmt.Errorf("softdep needs a module: %q", line)

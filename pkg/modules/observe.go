@@ -3,6 +3,7 @@
 package modules
 
 import (
+	"fmt"
 	"os"
 	"sort"
 	"strings"
@@ -36,6 +37,10 @@ type Finding struct {
 // String renders the finding as one line, e.g.
 // "ip_vs_rr: loaded, available, declared in /etc/modules-load.d/ipvs.conf".
 func (f Finding) String() string {
+	if !f.wanted {
+		// A stale declaration of a module IPVS mode does not need here.
+		return fmt.Sprintf("%s: not in kernel %s, STALE declaration in %s (not needed by IPVS mode on this kernel)", f.Module, f.release, strings.Join(f.DeclaredIn, ", "))
+	}
 	var parts []string
 	switch {
 	case f.Builtin:
@@ -61,7 +66,7 @@ func (f Finding) String() string {
 		parts = append(parts, "STALE declaration in "+strings.Join(f.DeclaredIn, ", "))
 	case f.Declared:
 		parts = append(parts, "declared in "+strings.Join(f.DeclaredIn, ", "))
-	case !f.wanted || (!f.Available && !f.Builtin):
+	case f.Builtin || !f.Available:
 	default:
 		parts = append(parts, "NOT DECLARED for boot")
 	}
@@ -96,6 +101,13 @@ func Observe(root hostfs.Root, scheduler string) (*Observation, error) {
 	if err != nil {
 		return nil, err
 	}
+	return observeWith(root, scheduler, ix)
+}
+
+// observeWith is Observe over an index already read (the kernel's module
+// files do not change between the observations of one check run).
+func observeWith(root hostfs.Root, scheduler string, ix *Index) (*Observation, error) {
+	rel := ix.Release
 	proc, err := ReadProcModules(root.Path("/proc/modules"))
 	if err != nil {
 		return nil, err
@@ -117,6 +129,9 @@ func Observe(root hostfs.Root, scheduler string) (*Observation, error) {
 		}
 	}
 	inSys := func(name string) bool {
+		if !validModuleName(name) || name == "." || name == ".." {
+			return false
+		}
 		_, err := os.Stat(root.Path("/sys/module", name))
 		return err == nil
 	}
@@ -175,7 +190,7 @@ func (o *Observation) problems() problems {
 			case !f.Loaded:
 				p.notLoaded = append(p.notLoaded, f.Module)
 			}
-			if !f.Declared && (f.Available || o.Index.DepMissing) {
+			if !f.Declared && !f.Builtin && (f.Available || o.Index.DepMissing) {
 				p.notPersisted = append(p.notPersisted, f.Module)
 			}
 		}

@@ -25,7 +25,7 @@ func ParseModulesSoftdep(r io.Reader) (map[string]Softdep, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(c.Aliases)+len(c.Options)+len(c.Blacklist) > 0 {
+	if len(c.Aliases)+len(c.Options)+len(c.Blacklist)+len(c.Install) > 0 {
 		return nil, fmt.Errorf("modules.softdep holds commands other than softdep")
 	}
 	return c.Softdeps, nil
