@@ -21,15 +21,15 @@ import (
 
 // Condition reasons of the arp check (stable, UpperCamelCase).
 const (
-	// ReasonAnswered: every probed IP was answered by exactly one expected MAC.
+	// ReasonAnswered means every probed IP was answered by exactly one expected MAC.
 	ReasonAnswered = "ARPAnswered"
-	// ReasonNoReply: at least one IP got no reply (and none conflicts or has the wrong responder).
+	// ReasonNoReply means at least one IP got no reply (and none conflicts or has the wrong responder).
 	ReasonNoReply = "ARPNoReply"
-	// ReasonConflict: at least one IP is answered by several MACs.
+	// ReasonConflict means at least one IP is answered by several MACs.
 	ReasonConflict = "ARPConflict"
-	// ReasonWrongResponder: at least one IP is answered by a MAC that is not the announcer's (and none conflicts).
+	// ReasonWrongResponder means at least one IP is answered by a MAC that is not the announcer's (and none conflicts).
 	ReasonWrongResponder = "ARPWrongResponder"
-	// ReasonNoTargets: there was nothing to probe.
+	// ReasonNoTargets means there was nothing to probe.
 	ReasonNoTargets = "NoTargets"
 )
 

@@ -40,10 +40,14 @@ type stampedReader interface {
 
 // Defaults for ProbeOptions.
 const (
-	DefaultWindow   = time.Second
+	// DefaultWindow is how long replies for an IP are collected.
+	DefaultWindow = time.Second
+	// DefaultAttempts is how many requests a silent IP gets.
 	DefaultAttempts = 3
-	DefaultRate     = rate.Limit(2000)
-	DefaultBurst    = 128
+	// DefaultRate is the frames per second a node sends at most.
+	DefaultRate = rate.Limit(2000)
+	// DefaultBurst is how many frames may go out back to back.
+	DefaultBurst = 128
 )
 
 // readSlice bounds each read, so a reader never sleeps past a stop request
