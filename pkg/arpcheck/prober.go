@@ -88,7 +88,9 @@ type Observation struct {
 	// window, in order of first reply.
 	MACs []net.HardwareAddr
 	// RTT is the time from the latest request sent before the first reply to
-	// that reply; zero when nothing answered.
+	// that reply: to the kernel's receive timestamp when the socket gives one
+	// (so the reader's own wake-up is not counted), else to when it was read.
+	// Zero when nothing answered.
 	RTT time.Duration
 	// Requests is how many requests were sent.
 	Requests int
