@@ -19,13 +19,13 @@ import (
 
 // Reasons of the arp-sysctls check (stable: they become Node condition reasons).
 const (
-	ReasonOK                 = "StrictARPSysctlsOK"
-	ReasonArpIgnoreTooLow    = "ArpIgnoreTooLow"
-	ReasonArpAnnounceWrong   = "ArpAnnounceNotStrict"
-	ReasonNoLoadBalancerIPs  = "NoLoadBalancerIPs"
-	ReasonKubeIPVS0Missing   = "KubeIPVS0Missing"
-	SysctlFile               = "/etc/sysctl.d/90-ipvs-guard-strict-arp.conf"
-	sysctlFileHeaderComment  = "# ARP settings kube-proxy's --ipvs-strict-arp sets (MetalLB layer 2 with IPVS)"
+	ReasonOK                = "StrictARPSysctlsOK"
+	ReasonArpIgnoreTooLow   = "ArpIgnoreTooLow"
+	ReasonArpAnnounceWrong  = "ArpAnnounceNotStrict"
+	ReasonNoLoadBalancerIPs = "NoLoadBalancerIPs"
+	ReasonKubeIPVS0Missing  = "KubeIPVS0Missing"
+	SysctlFile              = "/etc/sysctl.d/90-ipvs-guard-strict-arp.conf"
+	sysctlFileHeaderComment = "# ARP settings kube-proxy's --ipvs-strict-arp sets (MetalLB layer 2 with IPVS)"
 )
 
 // LoadBalancerIPs returns the LoadBalancer ingress IPs of the cluster's
