@@ -1,0 +1,480 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
+	"github.com/ipvs-guard/ipvs-guard/pkg/results"
+)
+
+// Key is a workqueue key: a check name, or KeyNode.
+type Key string
+
+// KeyNode re-publishes what the agent writes on its Node (MACs, conditions).
+const KeyNode Key = "node"
+
+// Defaults of Config.
+const (
+	DefaultResyncPeriod        = time.Minute
+	DefaultCheckTimeout        = time.Minute
+	DefaultInitialPublishDelay = 10 * time.Second
+)
+
+// Publisher receives the desired Node state; nodestatus.Manager implements
+// it. Calls must not block on the API server.
+type Publisher interface {
+	SetConditions(conds []nodestatus.Condition)
+	SetAnnotation(key, value string)
+}
+
+// Config configures an Agent.
+type Config struct {
+	// NodeName is the agent's own Node.
+	NodeName string
+	// Checkers are run by the loop, keyed by their Name.
+	Checkers []check.Checker
+	// Store receives every result; nil creates one over Checkers.
+	Store *results.Store
+	// Publisher receives conditions and the MAC annotation; nil publishes nothing.
+	Publisher Publisher
+	// Client feeds the informers; nil runs node-local only (no ClusterView data).
+	Client kubernetes.Interface
+	// Dynamic, with Client, watches MetalLB's ServiceL2Status when its CRD exists.
+	Dynamic dynamic.Interface
+	// Clock drives the resync ticker, the initial publish delay and the
+	// workqueue's backoff; nil means the real clock.
+	Clock clock.WithTicker
+	// ResyncPeriod re-runs every check (default DefaultResyncPeriod).
+	ResyncPeriod time.Duration
+	// CheckTimeout bounds one check run (default DefaultCheckTimeout).
+	CheckTimeout time.Duration
+	// InitialPublishDelay: conditions are first published once every check
+	// ran once, or after this delay with the missing ones Unknown.
+	InitialPublishDelay time.Duration
+	// ModulesLoadDirs are watched with inotify (host paths already under the
+	// root); missing ones are retried every resync.
+	ModulesLoadDirs []string
+	// WatchUevents wakes the modules and ipvs checks on module uevents.
+	WatchUevents bool
+	// MACs returns this node's interface MACs for MACsAnnotation; nil publishes none.
+	MACs func() (map[string]string, error)
+}
+
+// Agent is the node reconcile loop. Build it with New, then call Run once.
+type Agent struct {
+	cfg      Config
+	checkers map[Key]check.Checker
+	enabled  []string
+	store    *results.Store
+	queue    workqueue.TypedRateLimitingInterface[Key]
+	view     *ClusterView
+
+	factory    informers.SharedInformerFactory
+	dynFactory dynamicinformer.DynamicSharedInformerFactory
+
+	// published turns true once conditions were first handed to the publisher.
+	published atomic.Bool
+	// lastSync is the unix-nano time of the last finished sync (liveness).
+	lastSync atomic.Int64
+	// l2Mu guards l2Started (the ServiceL2Status informer is started once).
+	l2Mu      sync.Mutex
+	l2Started bool
+}
+
+// New builds an Agent; it starts nothing.
+func New(cfg Config) (*Agent, error) {
+	if cfg.NodeName == "" {
+		return nil, errors.New("agent: node name is empty")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.ResyncPeriod <= 0 {
+		cfg.ResyncPeriod = DefaultResyncPeriod
+	}
+	if cfg.CheckTimeout <= 0 {
+		cfg.CheckTimeout = DefaultCheckTimeout
+	}
+	if cfg.InitialPublishDelay <= 0 {
+		cfg.InitialPublishDelay = DefaultInitialPublishDelay
+	}
+	a := &Agent{cfg: cfg, checkers: map[Key]check.Checker{}}
+	for _, c := range cfg.Checkers {
+		if _, dup := a.checkers[Key(c.Name())]; dup {
+			return nil, fmt.Errorf("agent: two checkers named %q", c.Name())
+		}
+		if Key(c.Name()) == KeyNode {
+			return nil, fmt.Errorf("agent: checker name %q is reserved", c.Name())
+		}
+		a.checkers[Key(c.Name())] = c
+		a.enabled = append(a.enabled, c.Name())
+	}
+	a.store = cfg.Store
+	if a.store == nil {
+		a.store = results.NewStore(a.enabled...)
+	}
+	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[Key](500*time.Millisecond, max(cfg.ResyncPeriod, 5*time.Second)),
+		workqueue.TypedRateLimitingQueueConfig[Key]{Name: "ipvs-guard", Clock: cfg.Clock})
+	if cfg.Client != nil {
+		a.setupInformers()
+	}
+	return a, nil
+}
+
+// Store returns the results store the loop writes (the metrics collector reads it).
+func (a *Agent) Store() *results.Store { return a.store }
+
+// View returns the cluster view (nil without a Client).
+func (a *Agent) View() *ClusterView { return a.view }
+
+// Enabled returns the names of the checks the loop runs.
+func (a *Agent) Enabled() []string { return append([]string(nil), a.enabled...) }
+
+// Ready reports whether the agent has published its first full set of
+// conditions (every check ran once, or the initial delay passed).
+func (a *Agent) Ready() bool { return a.published.Load() }
+
+// LastSync returns when the worker last finished a sync (zero before the first).
+func (a *Agent) LastSync() time.Time {
+	n := a.lastSync.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+func (a *Agent) setupInformers() {
+	a.factory = informers.NewSharedInformerFactory(a.cfg.Client, 0)
+	svcInf := a.factory.Core().V1().Services()
+	_ = svcInf.Informer().SetTransform(stripService)
+	nodeInf := a.factory.Core().V1().Nodes()
+	_ = nodeInf.Informer().SetTransform(stripNode)
+	a.view = NewClusterView(a.cfg.NodeName, svcInf.Lister(), svcInf.Informer().HasSynced, nodeInf.Lister(), nodeInf.Informer().HasSynced)
+
+	lbKeys := []Key{check.NameIPVS, check.NameARPSysctls, check.NameARP}
+	_, _ = svcInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if isLB(obj) {
+				a.enqueue(lbKeys...)
+			}
+		},
+		UpdateFunc: func(old, cur any) {
+			if isLB(old) || isLB(cur) {
+				a.enqueue(lbKeys...)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if isLB(obj) {
+				a.enqueue(lbKeys...)
+			}
+		},
+	})
+	_, _ = nodeInf.Informer().AddEventHandler(cache.FilteringResourceEventHandler{
+		FilterFunc: func(obj any) bool {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			n, ok := obj.(*corev1.Node)
+			return ok && n.Name == a.cfg.NodeName
+		},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { a.enqueue(KeyNode) },
+			UpdateFunc: func(any, any) { a.enqueue(KeyNode) },
+		},
+	})
+	if a.cfg.Dynamic != nil {
+		a.dynFactory = dynamicinformer.NewDynamicSharedInformerFactory(a.cfg.Dynamic, 0)
+	}
+}
+
+func isLB(obj any) bool {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	s, ok := obj.(*corev1.Service)
+	return ok && s.Spec.Type == corev1.ServiceTypeLoadBalancer
+}
+
+// stripService drops what the agent never reads, to keep the cache small.
+func stripService(obj any) (any, error) {
+	if s, ok := obj.(*corev1.Service); ok {
+		s.ManagedFields = nil
+		delete(s.Annotations, corev1.LastAppliedConfigAnnotation)
+	}
+	return obj, nil
+}
+
+// stripNode keeps metadata (annotations carry MACs), spec and conditions;
+// images and volumes are the bulk of a Node and are never read.
+func stripNode(obj any) (any, error) {
+	if n, ok := obj.(*corev1.Node); ok {
+		n.ManagedFields = nil
+		delete(n.Annotations, corev1.LastAppliedConfigAnnotation)
+		n.Status.Images = nil
+		n.Status.VolumesInUse = nil
+		n.Status.VolumesAttached = nil
+	}
+	return obj, nil
+}
+
+func (a *Agent) enqueue(keys ...Key) {
+	for _, k := range keys {
+		if k == KeyNode || a.checkers[k] != nil {
+			a.queue.Add(k)
+		}
+	}
+}
+
+func (a *Agent) enqueueAll() {
+	for _, n := range a.enabled {
+		a.queue.Add(Key(n))
+	}
+	a.queue.Add(KeyNode)
+}
+
+// Run runs the loop until ctx is done. It never waits for the API server:
+// checks start at once; cluster-dependent data comes from ClusterView as
+// soon as the caches fill.
+func (a *Agent) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrashWithContext(ctx)
+	logger := klog.FromContext(ctx).WithValues("node", a.cfg.NodeName)
+	ctx = klog.NewContext(ctx, logger)
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer a.queue.ShutDown()
+
+	if a.factory != nil {
+		a.factory.Start(ctx.Done())
+		defer a.factory.Shutdown()
+		a.discoverL2(ctx)
+		if a.dynFactory != nil {
+			defer a.dynFactory.Shutdown()
+		}
+	}
+
+	var dirs *dirWatcher
+	if len(a.cfg.ModulesLoadDirs) > 0 && a.checkers[check.NameModules] != nil {
+		w, err := newDirWatcher(a.cfg.ModulesLoadDirs)
+		if err != nil {
+			logger.Error(err, "Not watching modules-load.d; relying on the resync period")
+		} else {
+			dirs = w
+			dirs.Rescan(ctx)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				dirs.Run(ctx, func(ev fsnotify.Event) {
+					logger.V(4).Info("modules-load.d changed", "path", ev.Name, "op", ev.Op.String())
+					a.enqueue(check.NameModules)
+				})
+			}()
+		}
+	}
+	if a.cfg.WatchUevents && (a.checkers[check.NameModules] != nil || a.checkers[check.NameIPVS] != nil) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := WatchModuleUevents(ctx, func(ev ModuleEvent) {
+				logger.V(4).Info("Module uevent", "module", ev.Module, "action", ev.Action)
+				a.enqueue(check.NameModules, check.NameIPVS)
+			})
+			if err != nil {
+				logger.Error(err, "Not watching module uevents; relying on the resync period")
+			}
+		}()
+	}
+
+	a.enqueueAll()
+	wg.Add(3)
+	go func() { defer wg.Done(); a.resyncLoop(ctx, dirs) }()
+	go func() { defer wg.Done(); a.initialPublishTimer(ctx) }()
+	go func() {
+		defer wg.Done()
+		for a.processNextWorkItem(ctx) {
+		}
+	}()
+	logger.Info("Agent started", "checks", a.enabled, "resyncPeriod", a.cfg.ResyncPeriod)
+	<-ctx.Done()
+	logger.Info("Agent stopping")
+	return nil
+}
+
+func (a *Agent) resyncLoop(ctx context.Context, dirs *dirWatcher) {
+	t := a.cfg.Clock.NewTicker(a.cfg.ResyncPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			if dirs != nil {
+				dirs.Rescan(ctx)
+			}
+			if a.factory != nil {
+				a.discoverL2(ctx)
+			}
+			a.enqueueAll()
+		}
+	}
+}
+
+func (a *Agent) initialPublishTimer(ctx context.Context) {
+	t := a.cfg.Clock.NewTimer(a.cfg.InitialPublishDelay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C():
+		if !a.published.Load() {
+			klog.FromContext(ctx).Info("Publishing conditions before every check finished", "delay", a.cfg.InitialPublishDelay)
+			a.publish(true)
+		}
+	}
+}
+
+// discoverL2 starts the ServiceL2Status informer once discovery shows the CRD.
+func (a *Agent) discoverL2(ctx context.Context) {
+	if a.dynFactory == nil {
+		return
+	}
+	a.l2Mu.Lock()
+	defer a.l2Mu.Unlock()
+	if a.l2Started {
+		return
+	}
+	list, err := a.cfg.Client.Discovery().ServerResourcesForGroupVersion(ServiceL2StatusGVR.GroupVersion().String())
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			klog.FromContext(ctx).V(2).Info("Cannot discover MetalLB ServiceL2Status yet", "err", err)
+		}
+		return
+	}
+	found := false
+	for _, r := range list.APIResources {
+		if r.Name == ServiceL2StatusGVR.Resource {
+			found = true
+		}
+	}
+	if !found {
+		return
+	}
+	inf := a.dynFactory.ForResource(ServiceL2StatusGVR)
+	_ = inf.Informer().SetTransform(func(obj any) (any, error) {
+		if m, ok := obj.(metav1.Object); ok {
+			m.SetManagedFields(nil)
+		}
+		return obj, nil
+	})
+	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { a.enqueue(check.NameARP) },
+		UpdateFunc: func(any, any) { a.enqueue(check.NameARP) },
+		DeleteFunc: func(any) { a.enqueue(check.NameARP) },
+	})
+	a.view.setL2(inf.Lister(), inf.Informer().HasSynced)
+	a.dynFactory.Start(ctx.Done())
+	a.l2Started = true
+	klog.FromContext(ctx).Info("Watching MetalLB ServiceL2Status")
+}
+
+func (a *Agent) processNextWorkItem(ctx context.Context) bool {
+	key, shutdown := a.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer a.queue.Done(key)
+	err := a.sync(ctx, key)
+	a.lastSync.Store(a.cfg.Clock.Now().UnixNano())
+	if err == nil {
+		a.queue.Forget(key)
+		return true
+	}
+	utilruntime.HandleErrorWithContext(ctx, err, "Sync failed; requeuing with backoff", "key", key)
+	a.queue.AddRateLimited(key)
+	return true
+}
+
+// sync re-reads current state for key; it never uses an event's payload.
+func (a *Agent) sync(ctx context.Context, key Key) error {
+	if key == KeyNode {
+		return a.syncNode(ctx)
+	}
+	c := a.checkers[key]
+	if c == nil {
+		return nil
+	}
+	logger := klog.FromContext(ctx).WithValues("check", c.Name())
+	cctx, cancel := context.WithTimeout(klog.NewContext(ctx, logger), a.cfg.CheckTimeout)
+	defer cancel()
+	start := a.cfg.Clock.Now()
+	res, err := c.Run(cctx)
+	d := a.cfg.Clock.Since(start)
+	if ctx.Err() != nil {
+		return nil // shutting down: keep the last result
+	}
+	if err != nil {
+		res = check.Errored(c.Name(), err)
+	}
+	res.Name = c.Name()
+	a.store.Record(c.Name(), res, err, start, d)
+	logger.V(3).Info("Check ran", "status", res.Status, "reason", res.Reason, "duration", d)
+	a.publish(false)
+	if err != nil {
+		return fmt.Errorf("running check %s: %w", c.Name(), err)
+	}
+	return nil
+}
+
+func (a *Agent) syncNode(ctx context.Context) error {
+	if a.cfg.Publisher == nil {
+		return nil
+	}
+	a.publish(false)
+	if a.cfg.MACs == nil {
+		return nil
+	}
+	macs, err := a.cfg.MACs()
+	if err != nil {
+		return fmt.Errorf("reading interface MACs: %w", err)
+	}
+	a.cfg.Publisher.SetAnnotation(MACsAnnotation, EncodeMACs(macs))
+	return nil
+}
+
+// publish hands the conditions derived from the latest results to the
+// publisher, once every check ran (or force, after the initial delay).
+func (a *Agent) publish(force bool) {
+	if a.cfg.Publisher == nil {
+		if force || a.store.AllRan() {
+			a.published.Store(true)
+		}
+		return
+	}
+	if !a.published.Load() && !force && !a.store.AllRan() {
+		return
+	}
+	a.published.Store(true)
+	a.cfg.Publisher.SetConditions(nodestatus.Conditions(a.store.Snapshot(), a.enabled))
+}

@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package agent is ipvs-guard's node reconcile loop (`ipvs-guard run`).
+//
+// It owns the informers (LoadBalancer Services, Nodes, MetalLB
+// ServiceL2Status when that CRD exists), a rate-limited workqueue of a few
+// fixed keys served by one worker, the resync ticker on an injected clock,
+// and the wake-ups from the kernel (module add/remove uevents) and from
+// inotify on the modules-load.d directories. Every sync re-reads current
+// state and runs the injected check.Checkers; results go to a results.Store
+// and, as Node conditions, to a status publisher that runs on its own, so the
+// API server being down never stops local checks or remediation.
+//
+// ClusterView is the read-only view of cluster state (LoadBalancer ingress
+// IPs, their announcing node, Ready nodes, node MACs) that checks such as the
+// ARP prober read from the informer caches.
+//
+// It must not implement checks or write to the API server itself: checks
+// live in their own packages and every write goes through pkg/nodestatus.
+package agent

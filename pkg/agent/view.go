@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// ServiceL2StatusGVR is MetalLB's layer-2 announcement status resource
+// (MetalLB ≥ 0.14; one object per Service, status only).
+var ServiceL2StatusGVR = schema.GroupVersionResource{Group: "metallb.io", Version: "v1beta1", Resource: "servicel2statuses"}
+
+// ErrNotSynced is returned by ClusterView while its informer caches have not
+// completed their first list (for example while the API server is down at start).
+var ErrNotSynced = errors.New("cluster state not synced yet")
+
+// LoadBalancerIngress is one LoadBalancer ingress IP of a Service.
+type LoadBalancerIngress struct {
+	// IP is the ingress IP.
+	IP netip.Addr
+	// Service is the Service's namespace/name.
+	Service types.NamespacedName
+	// AnnouncingNode is the node MetalLB's ServiceL2Status says announces
+	// the IP; empty when unknown (no CRD, no status yet).
+	AnnouncingNode string
+	// AnnouncingInterfaces are the interfaces MetalLB announces on, when known.
+	AnnouncingInterfaces []string
+}
+
+// ClusterView is a read-only view of the cluster state checks need, served
+// from the agent's informer caches (no API request per call). It keeps
+// answering from the last known state while the API server is down. Safe for
+// concurrent use.
+type ClusterView struct {
+	nodeName       string
+	services       corelisters.ServiceLister
+	nodes          corelisters.NodeLister
+	servicesSynced cache.InformerSynced
+	nodesSynced    cache.InformerSynced
+
+	// mu guards l2 and l2Synced, set once the ServiceL2Status CRD is found.
+	mu       sync.RWMutex
+	l2       cache.GenericLister
+	l2Synced cache.InformerSynced
+}
+
+// NewClusterView returns a view over the given listers. It is exported for
+// tests of consumers; the agent builds its own from its informers.
+func NewClusterView(nodeName string, services corelisters.ServiceLister, servicesSynced cache.InformerSynced,
+	nodes corelisters.NodeLister, nodesSynced cache.InformerSynced) *ClusterView {
+	return &ClusterView{nodeName: nodeName, services: services, servicesSynced: servicesSynced, nodes: nodes, nodesSynced: nodesSynced}
+}
+
+func (v *ClusterView) setL2(l cache.GenericLister, synced cache.InformerSynced) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.l2, v.l2Synced = l, synced
+}
+
+// HasSynced reports whether every informer behind the view completed its first list.
+func (v *ClusterView) HasSynced() bool {
+	if v == nil || !v.servicesSynced() || !v.nodesSynced() {
+		return false
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.l2Synced == nil || v.l2Synced()
+}
+
+// HasServiceL2Status reports whether MetalLB's ServiceL2Status CRD was found.
+func (v *ClusterView) HasServiceL2Status() bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.l2 != nil
+}
+
+// NodeName returns the agent's own node name.
+func (v *ClusterView) NodeName() string { return v.nodeName }
+
+// Node returns the agent's own Node from the cache.
+func (v *ClusterView) Node() (*corev1.Node, error) {
+	if v == nil {
+		return nil, ErrNotSynced
+	}
+	n, err := v.nodes.Get(v.nodeName)
+	if err != nil {
+		if apierrors.IsNotFound(err) && !v.nodesSynced() {
+			return nil, ErrNotSynced
+		}
+		return nil, fmt.Errorf("reading node %s from cache: %w", v.nodeName, err)
+	}
+	return n, nil
+}
+
+// Services returns every Service in the cache (all types). Callers must not
+// modify the returned objects.
+func (v *ClusterView) Services() ([]*corev1.Service, error) {
+	if v == nil || !v.servicesSynced() {
+		return nil, ErrNotSynced
+	}
+	return v.services.List(labels.Everything())
+}
+
+// LoadBalancerIngresses returns every ingress IP of every LoadBalancer
+// Service, sorted by IP, with the announcing node from ServiceL2Status when
+// that CRD exists.
+func (v *ClusterView) LoadBalancerIngresses() ([]LoadBalancerIngress, error) {
+	svcs, err := v.Services()
+	if err != nil {
+		return nil, err
+	}
+	announcers := v.announcers()
+	var out []LoadBalancerIngress
+	for _, s := range svcs {
+		if s.Spec.Type != corev1.ServiceTypeLoadBalancer {
+			continue
+		}
+		key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
+		for _, ing := range s.Status.LoadBalancer.Ingress {
+			ip, err := netip.ParseAddr(ing.IP)
+			if err != nil {
+				continue
+			}
+			a := announcers[key]
+			out = append(out, LoadBalancerIngress{IP: ip, Service: key, AnnouncingNode: a.node, AnnouncingInterfaces: a.ifaces})
+		}
+	}
+	slices.SortFunc(out, func(a, b LoadBalancerIngress) int {
+		if c := a.IP.Compare(b.IP); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Service.String(), b.Service.String())
+	})
+	return out, nil
+}
+
+type announcer struct {
+	node   string
+	ifaces []string
+}
+
+func (v *ClusterView) announcers() map[types.NamespacedName]announcer {
+	v.mu.RLock()
+	l := v.l2
+	v.mu.RUnlock()
+	out := map[types.NamespacedName]announcer{}
+	if l == nil {
+		return out
+	}
+	objs, err := l.List(labels.Everything())
+	if err != nil {
+		return out
+	}
+	for _, o := range objs {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		node, _, _ := unstructured.NestedString(u.Object, "status", "node")
+		name, _, _ := unstructured.NestedString(u.Object, "status", "serviceName")
+		ns, _, _ := unstructured.NestedString(u.Object, "status", "serviceNamespace")
+		if node == "" || name == "" {
+			continue
+		}
+		var ifaces []string
+		list, _, _ := unstructured.NestedSlice(u.Object, "status", "interfaces")
+		for _, it := range list {
+			if m, ok := it.(map[string]any); ok {
+				if n, ok := m["name"].(string); ok && n != "" {
+					ifaces = append(ifaces, n)
+				}
+			}
+		}
+		out[types.NamespacedName{Namespace: ns, Name: name}] = announcer{node: node, ifaces: ifaces}
+	}
+	return out
+}
+
+// ReadyNodes returns the names of the Nodes whose Ready condition is True, sorted.
+func (v *ClusterView) ReadyNodes() ([]string, error) {
+	if v == nil || !v.nodesSynced() {
+		return nil, ErrNotSynced
+	}
+	nodes, err := v.nodes.List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes from cache: %w", err)
+	}
+	var out []string
+	for _, n := range nodes {
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				out = append(out, n.Name)
+				break
+			}
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// NodeForMAC names the node whose published MACs (MACsAnnotation) include
+// mac, with the interface; ok is false when no node claims it.
+func (v *ClusterView) NodeForMAC(mac net.HardwareAddr) (node, iface string, ok bool) {
+	if v == nil || !v.nodesSynced() {
+		return "", "", false
+	}
+	nodes, err := v.nodes.List(labels.Everything())
+	if err != nil {
+		return "", "", false
+	}
+	want := strings.ToLower(mac.String())
+	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	for _, n := range nodes {
+		raw, has := n.Annotations[MACsAnnotation]
+		if !has {
+			continue
+		}
+		macs, err := DecodeMACs(raw)
+		if err != nil {
+			continue
+		}
+		for ifc, m := range macs {
+			if strings.ToLower(m) == want {
+				return n.Name, ifc, true
+			}
+		}
+	}
+	return "", "", false
+}

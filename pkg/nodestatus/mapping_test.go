@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package nodestatus
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+)
+
+func TestConditions(t *testing.T) {
+	all := []string{check.NameModules, check.NameKubeProxy, check.NameIPVS, check.NameARPSysctls, check.NameARP}
+	tests := []struct {
+		name    string
+		results []check.Result
+		enabled []string
+		want    []Condition
+	}{
+		{
+			name:    "nothing run yet: every enabled type Unknown",
+			enabled: all,
+			want: []Condition{
+				{Type: IPVSModulesMissing, Status: StatusUnknown, Reason: ReasonNotYetChecked, Message: "ipvs-guard has not finished checking modules yet."},
+				{Type: KubeProxyIPVSDegraded, Status: StatusUnknown, Reason: ReasonNotYetChecked, Message: "ipvs-guard has not finished checking kube-proxy and ipvs yet."},
+				{Type: StrictARPDisabled, Status: StatusUnknown, Reason: ReasonNotYetChecked, Message: "ipvs-guard has not finished checking arp-sysctls yet."},
+				{Type: LoadBalancerARPFailing, Status: StatusUnknown, Reason: ReasonNotYetChecked, Message: "ipvs-guard has not finished checking arp yet."},
+			},
+		},
+		{
+			name:    "statuses map to True/False/Unknown",
+			enabled: []string{check.NameModules, check.NameARPSysctls, check.NameARP},
+			results: []check.Result{
+				{Name: check.NameModules, Status: check.StatusProblem, Reason: "ModulesNotLoaded", Message: "ip_vs_lc is not loaded."},
+				{Name: check.NameARPSysctls, Status: check.StatusError, Reason: "CheckFailed", Message: "reading sysctl: EPERM."},
+				{Name: check.NameARP, Status: check.StatusSkipped, Reason: "NoLoadBalancerIPs", Message: "no LoadBalancer IPs to probe."},
+			},
+			want: []Condition{
+				{Type: IPVSModulesMissing, Status: StatusTrue, Reason: "ModulesNotLoaded", Message: "ip_vs_lc is not loaded."},
+				{Type: StrictARPDisabled, Status: StatusUnknown, Reason: "CheckFailed", Message: "reading sysctl: EPERM."},
+				{Type: LoadBalancerARPFailing, Status: StatusFalse, Reason: "NoLoadBalancerIPs", Message: "Nothing to check: no LoadBalancer IPs to probe."},
+			},
+		},
+		{
+			name:    "kube-proxy and ipvs combine, worst wins",
+			enabled: []string{check.NameKubeProxy, check.NameIPVS},
+			results: []check.Result{
+				{Name: check.NameKubeProxy, Status: check.StatusOK, Reason: "IPVSMode", Message: "kube-proxy runs in ipvs mode."},
+				{Name: check.NameIPVS, Status: check.StatusProblem, Reason: "VirtualServerMissing", Message: "10.0.0.1:80/TCP has no virtual server."},
+			},
+			want: []Condition{{Type: KubeProxyIPVSDegraded, Status: StatusTrue, Reason: "VirtualServerMissing", Message: "10.0.0.1:80/TCP has no virtual server."}},
+		},
+		{
+			name:    "both problems: kube-proxy's reason, both messages",
+			enabled: []string{check.NameKubeProxy, check.NameIPVS},
+			results: []check.Result{
+				{Name: check.NameIPVS, Status: check.StatusProblem, Reason: "VirtualServerMissing", Message: "b."},
+				{Name: check.NameKubeProxy, Status: check.StatusProblem, Reason: "NotIPVSMode", Message: "a."},
+			},
+			want: []Condition{{Type: KubeProxyIPVSDegraded, Status: StatusTrue, Reason: "NotIPVSMode", Message: "a. b."}},
+		},
+		{
+			name:    "ok without reason gets the default",
+			enabled: []string{check.NameModules},
+			results: []check.Result{{Name: check.NameModules, Status: check.StatusOK}},
+			want:    []Condition{{Type: IPVSModulesMissing, Status: StatusFalse, Reason: ReasonCheckPassed}},
+		},
+		{
+			name:    "results of disabled checks are ignored",
+			enabled: nil,
+			results: []check.Result{{Name: check.NameModules, Status: check.StatusProblem}},
+			want:    nil,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Conditions(tt.results, tt.enabled)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Conditions() mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestConditionsTruncatesMessage(t *testing.T) {
+	long := strings.Repeat("é", 2000)
+	got := Conditions([]check.Result{{Name: check.NameModules, Status: check.StatusProblem, Message: long}}, []string{check.NameModules})
+	if n := len(got[0].Message); n > maxMessageLen+3 {
+		t.Errorf("message length %d, want at most %d", n, maxMessageLen+3)
+	}
+	if !strings.HasSuffix(got[0].Message, "…") || strings.ContainsRune(got[0].Message, '\uFFFD') {
+		t.Errorf("message not cut cleanly: ...%q", got[0].Message[len(got[0].Message)-10:])
+	}
+}
