@@ -59,16 +59,20 @@ func TestScrapeIsValidForPromtool(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	now := time.Now()
+	snap.Checks = []CheckRuns{
+		{Name: check.NameModules, Runs: 12, LastSuccess: now, LastDuration: 15 * time.Millisecond},
+		{Name: check.NameIPVS, Runs: 12, Errors: 1, LastSuccess: now.Add(-time.Minute), LastDuration: time.Millisecond},
+	}
 	reg.MustRegister(NewCollector(func() Snapshot { return snap }))
 	m, err := NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
 	for _, r := range snap.Results {
-		m.ObserveCheck(r, nil, 15*time.Millisecond, now)
+		m.ObserveCheck(r, nil, 15*time.Millisecond)
 	}
-	m.ObserveCheck(check.Result{Name: check.NameIPVS}, errors.New("netlink: operation not permitted"), time.Millisecond, now)
+	m.ObserveCheck(check.Result{Name: check.NameIPVS}, errors.New("netlink: operation not permitted"), time.Millisecond)
 	m.ObserveModuleLoad("ip_vs_lc", nil)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
