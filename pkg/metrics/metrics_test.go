@@ -4,6 +4,9 @@ package metrics
 
 import (
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -101,5 +104,21 @@ func TestNewRegistry(t *testing.T) {
 		if !names[want] {
 			t.Errorf("registry lacks %s", want)
 		}
+	}
+}
+
+func TestHandler(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newCollector(func() Snapshot { return Snapshot{} }, testInfo))
+	srv := httptest.NewServer(Handler(reg))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `ipvs_guard_build_info{build_date="2026-01-01T00:00:00Z"`) {
+		t.Errorf("GET /metrics: %d\n%s", resp.StatusCode, body)
 	}
 }
