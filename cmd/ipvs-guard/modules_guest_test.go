@@ -542,3 +542,68 @@ func TestGuestDiagnoseModuleNotELF(t *testing.T) {
 	guest.RequireNotLoaded(t, "ip_vs_sh")
 	guest.RequireLoaded(t, "ip_vs", "ip_vs_rr", "ip_vs_wrr", "nf_conntrack")
 }
+
+// TestGuestDiagnoseBadKernelFiles: garbage in /proc/modules and a truncated
+// modules.dep on the live system give a clear error or finding naming the
+// file, exit 1 or 2, never a panic; --fix loads nothing from a broken index.
+func TestGuestDiagnoseBadKernelFiles(t *testing.T) {
+	t.Run("garbage /proc/modules", func(t *testing.T) {
+		freshNode(t)
+		garbage := filepath.Join(t.TempDir(), "modules")
+		if err := os.WriteFile(garbage, []byte("ip_vs\x00\xff not a modules line\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		bindOver(t, garbage, "/proc/modules")
+		for _, args := range [][]string{{"diagnose"}, {"diagnose", "-o", "json"}, {"diagnose", "--fix"}} {
+			r := guest.IPVSGuard(t, args...)
+			if r.ExitCode != 1 && r.ExitCode != 2 {
+				t.Errorf("exit %d, want 1 or 2:\n%s", r.ExitCode, r)
+			}
+			if !strings.Contains(r.Stdout+r.Stderr, "/proc/modules") {
+				t.Errorf("output does not name /proc/modules:\n%s", r)
+			}
+		}
+	})
+
+	t.Run("truncated modules.dep", func(t *testing.T) {
+		freshNode(t)
+		dep := fmt.Sprintf("/lib/modules/%s/modules.dep", kernelRelease(t))
+		data, err := os.ReadFile(dep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Cut inside the line of ip_vs_sh: the tail of the file is gone.
+		i := bytes.Index(data, []byte("kernel/net/netfilter/ipvs/ip_vs_sh.ko"))
+		if i < 0 {
+			t.Fatalf("ip_vs_sh not in %s", dep)
+		}
+		cut := filepath.Join(t.TempDir(), "modules.dep")
+		if err := os.WriteFile(cut, data[:i+20], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		bindOver(t, cut, dep)
+		for _, args := range [][]string{{"diagnose"}, {"diagnose", "--fix"}} {
+			r := guest.IPVSGuard(t, args...)
+			if r.ExitCode != 1 && r.ExitCode != 2 {
+				t.Errorf("exit %d, want 1 or 2:\n%s", r.ExitCode, r)
+			}
+			if !strings.Contains(r.Stdout+r.Stderr, dep) {
+				t.Errorf("output does not name %s:\n%s", dep, r)
+			}
+		}
+		guest.RequireNotLoaded(t, closure...)
+	})
+}
+
+// bindOver bind-mounts file src over dst until the test ends.
+func bindOver(t *testing.T, src, dst string) {
+	t.Helper()
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		t.Fatalf("bind-mounting %s over %s: %v", src, dst, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dst, 0); err != nil {
+			t.Errorf("unmounting %s: %v", dst, err)
+		}
+	})
+}

@@ -49,8 +49,13 @@ ip link set lo up
 
 if [ "$net" = 1 ]; then
 	# No udev here: the harness loads the NIC driver itself, before any test.
-	/usr/libexec/kmod/modprobe virtio_net || fail "cannot load virtio_net"
-	ip link set eth0 up || fail "no eth0"
+	/usr/libexec/kmod/modprobe -a virtio_pci virtio_net || fail "cannot load virtio_pci and virtio_net"
+	i=0
+	while [ ! -e /sys/class/net/eth0 ] && [ "$i" -lt 50 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	ip link set eth0 up || fail "no eth0 (virtio-net-pci device missing?)"
 	ip addr add 10.0.2.15/24 dev eth0
 	ip route add default via 10.0.2.2
 	printf 'nameserver 10.0.2.3\n' >/etc/resolv.conf

@@ -37,6 +37,15 @@ guest_manifest_lines() {
 	sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e '/^$/d' "$1"
 }
 
+# guest_apt_update refreshes apt's package lists, serialised with apt_ensure.
+guest_apt_update() {
+	(
+		flock 9
+		as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
+		as_root mkdir -p /var/lib/apt/periodic && as_root touch /var/lib/apt/periodic/ipvs-guard-updated
+	) 9>/var/lock/ipvs-guard-apt.lock
+}
+
 # guest_kernel_version prints the kernel to use: $GUEST_KERNEL_VERSION, else
 # the version pinned in hack/guest/KERNEL_VERSION. If the pinned package is
 # neither cached nor downloadable any more (Debian rotates kernel ABIs), it
@@ -47,7 +56,13 @@ guest_kernel_version() {
 		v=$(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$GUEST_DIR/KERNEL_VERSION" | head -n1 | tr -d '[:space:]')
 	fi
 	[ -n "$v" ] || die "no kernel version pinned in $GUEST_DIR/KERNEL_VERSION"
-	if [ -f "$CACHE_DIR/guest/$v/.ready" ] || apt-cache show "linux-image-$v" >/dev/null 2>&1; then
+	if [ -f "$CACHE_DIR/guest/$v/.ready" ]; then
+		echo "$v"
+		return
+	fi
+	# A fresh machine may have no package lists yet.
+	apt-cache show "linux-image-$v" >/dev/null 2>&1 || guest_apt_update
+	if apt-cache show "linux-image-$v" >/dev/null 2>&1; then
 		echo "$v"
 		return
 	fi
@@ -103,7 +118,7 @@ guest_ensure_kernel() {
 # under TCG.
 guest_extract_vmlinux() {
 	local bz=$1 out=$2 off
-	off=$(grep -abo $'\xfd7zXZ\x00' "$bz" | head -n1 | cut -d: -f1)
+	off=$(LC_ALL=C grep -abo $'\xfd7zXZ\x00' "$bz" | head -n1 | cut -d: -f1)
 	[ -n "$off" ] || return 1
 	# xz complains about the trailing data after the stream; the ELF is whole.
 	tail -c +$((off + 1)) "$bz" | xz -dc >"$out.tmp" 2>/dev/null || true
@@ -192,8 +207,9 @@ guest_build_base() {
 		echo "$out"
 		return
 	fi
-	# Base images of other manifest sets unused for a week go.
-	find "$kdir" -maxdepth 1 -name 'base-*.cpio*' -mtime +7 -delete 2>/dev/null || true
+	# Keep the few base images used last (one per manifest set in use).
+	# shellcheck disable=SC2012
+	ls -t "$kdir"/base-*.cpio 2>/dev/null | tail -n +6 | xargs -r rm -f
 	log "building guest base image $key for $kver"
 	local stage
 	stage=$(mktemp -d "$kdir/.stage.XXXXXX")
