@@ -12,7 +12,7 @@ VPKG := github.com/ipvs-guard/ipvs-guard/pkg/version
 LDFLAGS := -s -w -X $(VPKG).Version=$(VERSION) -X $(VPKG).Commit=$(COMMIT) -X $(VPKG).BuildDate=$(BUILD_DATE)
 export IPVS_GUARD_CACHE ?= $(CURDIR)/.cache
 
-.PHONY: all build demo test lint test-lint test-unit test-fuzz test-apiserver bench-agent clean
+.PHONY: all build demo test lint test-lint test-unit test-fuzz test-netns test-guest test-rules test-chart test-image test-apiserver bench-diagnose bench-guest bench-arp bench-agent guest-shell image manifests chart-docs helm-lint clean
 
 all: build
 
@@ -21,7 +21,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/ipvs-guard
 
 ## test: every tier, each named so a failure says where it broke
-test: test-lint test-unit test-fuzz test-apiserver
+test: test-lint test-unit test-fuzz test-netns test-guest test-apiserver test-rules test-chart test-image
 	@echo "all test tiers passed"
 
 ## lint: go vet, gofmt, go mod tidy check
@@ -48,6 +48,66 @@ test-apiserver:
 ## bench-agent: drift-to-condition latency, idle RSS/CPU with 1,000 LoadBalancer Services, API writes at steady state
 bench-agent:
 	hack/bench-agent.sh
+
+## bench-diagnose: wall time and peak RSS of diagnose --root over the captured host trees
+bench-diagnose:
+	hack/bench-diagnose.sh $${RUNS:-20}
+
+## test-guest: guest-tagged tests inside a stock Debian kernel under QEMU (hack/guest/README.md)
+test-guest:
+	hack/guest/test.sh
+
+## bench-guest: module loading in the guest kernel, ipvs-guard vs kmod modprobe (ratio)
+bench-guest:
+	hack/guest/bench.sh
+
+## demo: boot the guest kernel; diagnose finds the missing IPVS modules, --fix repairs, healthy again
+demo:
+	@hack/guest/demo.sh
+
+## guest-shell: an interactive shell in the guest kernel with ipvs-guard (Ctrl-a x quits)
+guest-shell:
+	hack/guest/shell.sh
+
+## test-netns: ARP prober against real network namespaces and iputils arping (root)
+test-netns:
+	@echo "--- tier: netns"
+	hack/test-netns.sh
+
+## bench-arp: ARP figures (1,000 IPs vs arping, RTT vs arping, sharding rate)
+bench-arp:
+	hack/bench-arp.sh
+
+## test-rules: promtool check/test of the shipped alert rules, promtool check metrics on a real scrape
+test-rules:
+	@echo "--- tier: rules"
+	hack/test-rules.sh
+
+## test-chart: helm lint/template assertions, schema rejections, dry-run apply on a real kube-apiserver
+test-chart:
+	@echo "--- tier: chart"
+	hack/test-chart.sh
+
+## test-image: build the Dockerfile with buildah (offline, local builder image) and run `ipvs-guard version` in it
+test-image:
+	@echo "--- tier: image"
+	hack/image/build.sh
+
+## image: build the container image (localhost/ipvs-guard:$(VERSION)) with buildah
+image:
+	VERSION=$(VERSION) hack/image/build.sh
+
+## manifests: render the chart's defaults into deploy/manifests/ipvs-guard.yaml
+manifests:
+	hack/render-manifests.sh
+
+## helm-lint: helm lint --strict the chart (helm pinned in hack/tools/helm, built into the cache)
+helm-lint:
+	$$(hack/ensure-helm.sh) lint --strict deploy/ipvs-guard
+
+## chart-docs: regenerate deploy/ipvs-guard/README.md from values.yaml
+chart-docs:
+	$(GO) run ./hack/chartdoc -o deploy/ipvs-guard/README.md deploy/ipvs-guard
 
 clean:
 	rm -rf bin

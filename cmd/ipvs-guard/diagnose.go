@@ -3,14 +3,17 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
 
+	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/diagnose"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
 
 // checkOptions are the flags shared by `diagnose` and `run` (DESIGN §8).
@@ -22,6 +25,10 @@ type checkOptions struct {
 	kubeProxyMetrics string
 	probeIPs         []string
 	probeInterface   string
+
+	// schedulerFromKubeProxy, when set, reads the IPVS scheduler kube-proxy
+	// is configured with (the /configz or ConfigMap lookup).
+	schedulerFromKubeProxy func(ctx context.Context) (string, error)
 }
 
 func (o *checkOptions) addFlags(cmd *cobra.Command) {
@@ -60,7 +67,7 @@ func newDiagnoseCommand() *cobra.Command {
 			}
 			root := hostfs.New(opts.root)
 			kernel, _ := root.KernelRelease()
-			checkers, err := opts.checkers(root, fix)
+			checkers, err := opts.checkers(cmd.Context(), root, fix)
 			if err != nil {
 				return err
 			}
@@ -85,8 +92,47 @@ func newDiagnoseCommand() *cobra.Command {
 	return cmd
 }
 
-// checkers builds the checks diagnose runs, in report order.
-func (o *checkOptions) checkers(root hostfs.Root, remediate bool) ([]check.Checker, error) {
-	var cs []check.Checker
+// arpChecker builds the arp check over --probe-ip (and --interface). Without
+// probe IPs it has nothing to look at and reports skipped.
+func (o *checkOptions) arpChecker() (check.Checker, error) {
+	targets, err := arpcheck.ParseTargets(o.probeIPs, o.probeInterface)
+	if err != nil {
+		return nil, err
+	}
+	return arpcheck.NewChecker(arpcheck.CheckerOptions{Targets: arpcheck.StaticTargets(targets...)})
+}
+
+// checkers builds the checks diagnose runs, in report order. With remediate
+// false nothing they do may load a module or write a file.
+func (o *checkOptions) checkers(ctx context.Context, root hostfs.Root, remediate bool) ([]check.Checker, error) {
+	cs := []check.Checker{
+		modules.NewChecker(modules.Config{
+			Root:      root,
+			Scheduler: o.ipvsScheduler(ctx),
+			Remediate: remediate,
+		}),
+	}
+	arp, err := o.arpChecker()
+	if err != nil {
+		return nil, err
+	}
+	cs = append(cs, arp)
 	return cs, nil
+}
+
+// ipvsScheduler resolves the IPVS scheduler whose module the modules check
+// wants: --scheduler when given, else what kube-proxy is configured with,
+// else rr. The kube-proxy lookup (/configz at --kube-proxy-metrics-address,
+// then the kube-proxy ConfigMap) plugs in here; until it exists the default
+// applies.
+func (o *checkOptions) ipvsScheduler(ctx context.Context) string {
+	if o.scheduler != "" {
+		return o.scheduler
+	}
+	if o.schedulerFromKubeProxy != nil {
+		if s, err := o.schedulerFromKubeProxy(ctx); err == nil && s != "" {
+			return s
+		}
+	}
+	return modules.DefaultScheduler
 }

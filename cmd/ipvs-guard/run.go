@@ -99,7 +99,7 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 	view := agent.NewClusterView(node, cs, dyn)
 
 	root := hostfs.New(opts.root)
-	checkers, err := opts.checkers(root, opts.remediate)
+	checkers, err := opts.checkers(ctx, root, opts.remediate)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,536 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build chart
+
+// Tests of the Helm chart in deploy/ipvs-guard against the real helm binary
+// (and, when one is given, a real API server). Run by `make test-chart`
+// (hack/test-chart.sh), which builds helm and sets HELM.
+package deploy_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
+)
+
+const chartDir = "ipvs-guard"
+
+func helmBin(t *testing.T) string {
+	t.Helper()
+	h := os.Getenv("HELM")
+	if h == "" {
+		h, _ = exec.LookPath("helm")
+	}
+	testenv.Require(t, h != "", "no helm: set HELM (make test-chart builds it)")
+	return h
+}
+
+// valueSets are the renderings every test covers.
+var valueSets = []struct {
+	name string
+	set  []string
+}{
+	{name: "defaults"},
+	{name: "report-only", set: []string{"remediation.enabled=false"}},
+	{name: "metrics-off", set: []string{"metrics.enabled=false", "dashboard.enabled=false"}},
+	{name: "monitoring", set: []string{"metrics.serviceMonitor.enabled=true", "prometheusRule.enabled=true", "scheduler=lc", "arp.interface=eth0"}},
+}
+
+// render runs helm template and returns its output and error output.
+func render(t *testing.T, set ...string) (string, string, error) {
+	t.Helper()
+	args := []string{"template", "ipvs-guard", chartDir, "--namespace", "ipvs-guard"}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	cmd := exec.Command(helmBin(t), args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	return stdout.String(), stderr.String(), err
+}
+
+// object is one rendered document.
+type object struct {
+	kind, name string
+	raw        []byte
+}
+
+func split(t *testing.T, manifest string) []object {
+	t.Helper()
+	var objs []object
+	for _, doc := range strings.Split(manifest, "\n---\n") {
+		var meta struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatalf("rendered document is not YAML: %v\n%s", err, doc)
+		}
+		if meta.Kind == "" {
+			continue
+		}
+		objs = append(objs, object{kind: meta.Kind, name: meta.Metadata.Name, raw: []byte(doc)})
+	}
+	return objs
+}
+
+func daemonSet(t *testing.T, objs []object) appsv1.DaemonSet {
+	t.Helper()
+	for _, o := range objs {
+		if o.kind == "DaemonSet" {
+			var ds appsv1.DaemonSet
+			if err := yaml.UnmarshalStrict(o.raw, &ds); err != nil {
+				t.Fatalf("DaemonSet does not decode strictly: %v", err)
+			}
+			return ds
+		}
+	}
+	t.Fatal("no DaemonSet rendered")
+	return appsv1.DaemonSet{}
+}
+
+func TestLint(t *testing.T) {
+	for _, vs := range valueSets {
+		t.Run(vs.name, func(t *testing.T) {
+			args := []string{"lint", "--strict", chartDir}
+			for _, s := range vs.set {
+				args = append(args, "--set", s)
+			}
+			if out, err := exec.Command(helmBin(t), args...).CombinedOutput(); err != nil {
+				t.Errorf("helm lint: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
+func TestRender(t *testing.T) {
+	tests := []struct {
+		name        string
+		set         []string
+		wantKinds   []string
+		wantCaps    []corev1.Capability
+		wantMounts  map[string]bool // mountPath -> readOnly
+		wantArgs    []string
+		notWantArgs []string
+	}{
+		{
+			name:       "defaults: remediation on",
+			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Role", "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantCaps:   []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
+			wantMounts: map[string]bool{"/lib/modules": true, "/etc/modules-load.d": false},
+			wantArgs:   []string{"run", "--remediate", "--metrics-bind-address=:9473", "--health-probe-bind-address=:9474", "--resync-period=1m", "--kube-proxy-metrics-address=127.0.0.1:10249"},
+		},
+		{
+			name:        "report-only: no SYS_MODULE, no host mounts",
+			set:         []string{"remediation.enabled=false"},
+			wantKinds:   []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Role", "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantCaps:    []corev1.Capability{"NET_ADMIN", "NET_RAW"},
+			wantMounts:  map[string]bool{},
+			wantArgs:    []string{"run", "--metrics-bind-address=:9473"},
+			notWantArgs: []string{"--remediate"},
+		},
+		{
+			name:       "metrics off: no Service, metrics server disabled",
+			set:        []string{"metrics.enabled=false", "dashboard.enabled=false"},
+			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "Role", "RoleBinding", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantCaps:   []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
+			wantMounts: map[string]bool{"/lib/modules": true, "/etc/modules-load.d": false},
+			wantArgs:   []string{"--metrics-bind-address=0", "--health-probe-bind-address=:9474"},
+		},
+		{
+			name:       "monitoring: ServiceMonitor, PrometheusRule, scheduler and interface",
+			set:        []string{"metrics.serviceMonitor.enabled=true", "prometheusRule.enabled=true", "scheduler=lc", "arp.interface=eth0", "rbac.create=false", "admissionPolicy.enabled=false", "serviceAccount.create=false", "serviceAccount.name=agent"},
+			wantKinds:  []string{"ConfigMap", "DaemonSet", "PrometheusRule", "Service", "ServiceMonitor"},
+			wantCaps:   []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
+			wantMounts: map[string]bool{"/lib/modules": true, "/etc/modules-load.d": false},
+			wantArgs:   []string{"--scheduler=lc", "--interface=eth0"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, stderr, err := render(t, tt.set...)
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, stderr)
+			}
+			objs := split(t, out)
+			var kinds []string
+			for _, o := range objs {
+				kinds = append(kinds, o.kind)
+			}
+			sort.Strings(kinds)
+			if diff := cmp.Diff(tt.wantKinds, kinds); diff != "" {
+				t.Errorf("kinds (-want +got):\n%s", diff)
+			}
+			if strings.Contains(out, "privileged: true") {
+				t.Error("rendering contains privileged: true")
+			}
+
+			ds := daemonSet(t, objs)
+			pod := ds.Spec.Template.Spec
+			if !pod.HostNetwork {
+				t.Error("hostNetwork is not true")
+			}
+			if pod.HostPID || pod.HostIPC {
+				t.Error("hostPID/hostIPC set")
+			}
+			if len(pod.Containers) != 1 {
+				t.Fatalf("got %d containers, want 1", len(pod.Containers))
+			}
+			c := pod.Containers[0]
+			sc := c.SecurityContext
+			if sc == nil || sc.Capabilities == nil {
+				t.Fatal("container has no securityContext.capabilities")
+			}
+			if sc.Privileged == nil || *sc.Privileged {
+				t.Error("privileged is not explicitly false")
+			}
+			if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+				t.Error("allowPrivilegeEscalation is not false")
+			}
+			if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+				t.Error("readOnlyRootFilesystem is not true")
+			}
+			if diff := cmp.Diff([]corev1.Capability{"ALL"}, sc.Capabilities.Drop); diff != "" {
+				t.Errorf("dropped capabilities (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantCaps, sc.Capabilities.Add); diff != "" {
+				t.Errorf("added capabilities (-want +got):\n%s", diff)
+			}
+			gotMounts := map[string]bool{}
+			for _, m := range c.VolumeMounts {
+				gotMounts[m.MountPath] = m.ReadOnly
+			}
+			if diff := cmp.Diff(tt.wantMounts, gotMounts); diff != "" {
+				t.Errorf("volume mounts path->readOnly (-want +got):\n%s", diff)
+			}
+			for _, v := range pod.Volumes {
+				if v.HostPath != nil && !slices.Contains([]string{"/lib/modules", "/etc/modules-load.d"}, v.HostPath.Path) {
+					t.Errorf("unexpected hostPath volume %s", v.HostPath.Path)
+				}
+			}
+			var nodeName bool
+			for _, e := range c.Env {
+				if e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName" {
+					nodeName = true
+				}
+			}
+			if !nodeName {
+				t.Error("NODE_NAME does not come from the downward API spec.nodeName")
+			}
+			for _, a := range tt.wantArgs {
+				if !slices.Contains(c.Args, a) {
+					t.Errorf("args %q lack %q", c.Args, a)
+				}
+			}
+			for _, a := range tt.notWantArgs {
+				if slices.Contains(c.Args, a) {
+					t.Errorf("args %q contain %q", c.Args, a)
+				}
+			}
+			if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
+				t.Error("liveness probe is not GET /healthz")
+			}
+			if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+				t.Error("readiness probe is not GET /readyz")
+			}
+		})
+	}
+}
+
+// TestPrometheusRuleIsTheTestedFile checks that the PrometheusRule carries
+// exactly the groups of files/alerts.yaml, the file promtool tests.
+func TestPrometheusRuleIsTheTestedFile(t *testing.T) {
+	out, stderr, err := render(t, "prometheusRule.enabled=true")
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, stderr)
+	}
+	var rule struct {
+		Spec struct {
+			Groups []any `json:"groups"`
+		} `json:"spec"`
+	}
+	for _, o := range split(t, out) {
+		if o.kind == "PrometheusRule" {
+			if err := yaml.Unmarshal(o.raw, &rule); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	raw, err := os.ReadFile(filepath.Join(chartDir, "files", "alerts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Groups []any `json:"groups"`
+	}
+	if err := yaml.Unmarshal(raw, &file); err != nil {
+		t.Fatal(err)
+	}
+	if len(file.Groups) == 0 {
+		t.Fatal("alerts.yaml has no groups")
+	}
+	if diff := cmp.Diff(file.Groups, rule.Spec.Groups); diff != "" {
+		t.Errorf("PrometheusRule groups differ from files/alerts.yaml (-file +rule):\n%s", diff)
+	}
+}
+
+func TestDashboardConfigMap(t *testing.T) {
+	out, stderr, err := render(t)
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, stderr)
+	}
+	for _, o := range split(t, out) {
+		if o.kind != "ConfigMap" {
+			continue
+		}
+		var cm corev1.ConfigMap
+		if err := yaml.UnmarshalStrict(o.raw, &cm); err != nil {
+			t.Fatal(err)
+		}
+		if cm.Labels["grafana_dashboard"] != "1" {
+			t.Errorf("dashboard ConfigMap labels %v lack grafana_dashboard=1", cm.Labels)
+		}
+		var dash struct {
+			Title  string `json:"title"`
+			Panels []struct {
+				Targets []struct {
+					Expr string `json:"expr"`
+				} `json:"targets"`
+			} `json:"panels"`
+		}
+		if err := yaml.Unmarshal([]byte(cm.Data["ipvs-guard.json"]), &dash); err != nil {
+			t.Fatalf("dashboard is not JSON: %v", err)
+		}
+		var exprs int
+		for _, p := range dash.Panels {
+			for _, tg := range p.Targets {
+				if !strings.Contains(tg.Expr, "ipvs_guard_") && !strings.Contains(tg.Expr, `up{job="ipvs-guard"}`) {
+					t.Errorf("panel query %q reads no ipvs-guard metric", tg.Expr)
+				}
+				exprs++
+			}
+		}
+		if dash.Title != "ipvs-guard" || exprs < 10 {
+			t.Errorf("dashboard %q has %d queries, want the ipvs-guard dashboard with at least 10", dash.Title, exprs)
+		}
+		return
+	}
+	t.Error("no dashboard ConfigMap rendered")
+}
+
+// TestRejectsBadValues checks that the schema and the template guards refuse
+// bad values with a message that names the value.
+func TestRejectsBadValues(t *testing.T) {
+	tests := []struct {
+		name string
+		set  []string
+		want string
+	}{
+		{name: "remediation not a bool", set: []string{"remediation.enabled=yes"}, want: "at '/remediation/enabled': got string, want boolean"},
+		{name: "port out of range", set: []string{"metrics.port=70000"}, want: "at '/metrics/port': maximum: got 70,000, want 65,535"},
+		{name: "misspelt key", set: []string{"remediaton.enabled=false"}, want: "additional properties 'remediaton' not allowed"},
+		{name: "bad pull policy", set: []string{"image.pullPolicy=Sometimes"}, want: "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'"},
+		{name: "bad duration", set: []string{"resyncPeriod=soon"}, want: "at '/resyncPeriod': 'soon' does not match pattern"},
+		{name: "log level out of range", set: []string{"logLevel=11"}, want: "at '/logLevel': maximum: got 11, want 10"},
+		{name: "bad scheduler", set: []string{"scheduler=Round Robin"}, want: "at '/scheduler'"},
+		{name: "ServiceMonitor without metrics", set: []string{"metrics.enabled=false", "metrics.serviceMonitor.enabled=true"}, want: "metrics.serviceMonitor.enabled=true needs metrics.enabled=true"},
+		{name: "PrometheusRule without metrics", set: []string{"metrics.enabled=false", "prometheusRule.enabled=true"}, want: "prometheusRule.enabled=true needs metrics.enabled=true"},
+		{name: "same port twice", set: []string{"health.port=9473"}, want: "metrics.port and health.port must differ"},
+		{name: "no ServiceAccount", set: []string{"serviceAccount.create=false"}, want: "serviceAccount.create=false needs serviceAccount.name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, stderr, err := render(t, tt.set...)
+			if err == nil {
+				t.Fatalf("helm template %v succeeded, want an error containing %q", tt.set, tt.want)
+			}
+			if !strings.Contains(stderr, tt.want) {
+				t.Errorf("error output does not contain %q:\n%s", tt.want, stderr)
+			}
+		})
+	}
+}
+
+// TestDryRunOnAPIServer applies every rendering with server-side apply in
+// dry-run mode to a real kube-apiserver (IPVS_GUARD_TEST_KUBECONFIG, set by hack/test-chart.sh),
+// after installing the monitoring CRDs (MONITORING_CRDS).
+func TestDryRunOnAPIServer(t *testing.T) {
+	kubeconfig := os.Getenv("IPVS_GUARD_TEST_KUBECONFIG")
+	testenv.Require(t, kubeconfig != "", "no IPVS_GUARD_TEST_KUBECONFIG for a test API server (make test-chart starts one)")
+	crds := os.Getenv("MONITORING_CRDS")
+	testenv.Require(t, crds != "", "no MONITORING_CRDS directory (make test-chart fetches it)")
+	kubectl := func(stdin string, args ...string) (string, error) {
+		cmd := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := kubectl("", "apply", "--server-side", "-f", crds); err != nil {
+		t.Fatalf("applying monitoring CRDs: %v\n%s", err, out)
+	}
+	if out, err := kubectl("", "wait", "--for=condition=Established", "--timeout=60s", "crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com"); err != nil {
+		t.Fatalf("waiting for CRDs: %v\n%s", err, out)
+	}
+	ns := "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ipvs-guard\n"
+	if out, err := kubectl(ns, "apply", "--server-side", "-f", "-"); err != nil {
+		t.Fatalf("creating namespace: %v\n%s", err, out)
+	}
+	for _, vs := range valueSets {
+		t.Run(vs.name, func(t *testing.T) {
+			manifest, stderr, err := render(t, vs.set...)
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, stderr)
+			}
+			start := time.Now()
+			out, err := kubectl(manifest, "apply", "--server-side", "--dry-run=server", "--field-manager=ipvs-guard-test", "-f", "-")
+			took := time.Since(start)
+			if err != nil {
+				t.Fatalf("kubectl apply --server-side --dry-run=server: %v\n%s", err, out)
+			}
+			t.Logf("dry-run apply of %d objects took %v:\n%s", len(split(t, manifest)), took.Round(time.Millisecond), out)
+			for _, o := range split(t, manifest) {
+				if !strings.Contains(out, o.name) {
+					t.Errorf("apply output does not mention %s %s", o.kind, o.name)
+				}
+			}
+		})
+	}
+	t.Run("plain manifest", func(t *testing.T) {
+		raw, err := os.ReadFile("manifests/ipvs-guard.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := kubectl(string(raw), "apply", "--server-side", "--dry-run=server", "-f", "-"); err != nil {
+			t.Fatalf("dry-run apply of deploy/manifests/ipvs-guard.yaml: %v\n%s", err, out)
+		}
+	})
+}
+
+// TestAdmissionPolicyOwnNodeOnly installs the chart for real on the test API
+// server and proves the ValidatingAdmissionPolicy: with a token bound to a pod
+// on node n1, the agent's ServiceAccount may patch n1's status and metadata,
+// but not n2's status, and never n1's spec.
+func TestAdmissionPolicyOwnNodeOnly(t *testing.T) {
+	kubeconfig := os.Getenv("IPVS_GUARD_TEST_KUBECONFIG")
+	testenv.Require(t, kubeconfig != "", "no IPVS_GUARD_TEST_KUBECONFIG for a test API server (make test-chart starts one)")
+	kubectl := func(stdin string, args ...string) (string, error) {
+		cmd := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	const ns, release = "ipvs-guard-vap", "vap"
+	args := []string{"template", release, chartDir, "--namespace", ns}
+	manifest, err := exec.Command(helmBin(t), args...).Output()
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	setup := "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: " + ns + "\n" +
+		"---\napiVersion: v1\nkind: Node\nmetadata:\n  name: n1\n" +
+		"---\napiVersion: v1\nkind: Node\nmetadata:\n  name: n2\n"
+	if out, err := kubectl(setup, "apply", "--server-side", "-f", "-"); err != nil {
+		t.Fatalf("creating namespace and nodes: %v\n%s", err, out)
+	}
+	if out, err := kubectl(string(manifest), "apply", "--server-side", "-f", "-"); err != nil {
+		t.Fatalf("installing the chart: %v\n%s", err, out)
+	}
+	pod := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: agent-n1\n  namespace: " + ns + "\nspec:\n  nodeName: n1\n" +
+		"  serviceAccountName: " + release + "-ipvs-guard\n  containers:\n    - name: agent\n      image: localhost/ipvs-guard:test\n"
+	if out, err := kubectl(pod, "apply", "--server-side", "-f", "-"); err != nil {
+		t.Fatalf("creating the agent pod on n1: %v\n%s", err, out)
+	}
+	token, err := kubectl("", "create", "token", release+"-ipvs-guard", "-n", ns, "--bound-object-kind", "Pod", "--bound-object-name", "agent-n1")
+	if err != nil {
+		t.Fatalf("creating a pod-bound token: %v\n%s", err, token)
+	}
+	server, err := kubectl("", "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}")
+	if err != nil {
+		t.Fatalf("reading the server address: %v\n%s", err, server)
+	}
+	// asAgent runs kubectl as the agent; a "patch-status" pseudo-command
+	// sends the strategic-merge PATCH to nodes/NAME/status the way the agent
+	// does (kubectl patch would GET nodes/status first, which the agent's
+	// least-privilege role does not allow).
+	asAgent := func(args ...string) (string, error) {
+		if args[0] == "patch-status" {
+			cmd := exec.Command("curl", "-sS", "-k", "-X", "PATCH", "--fail-with-body",
+				"-H", "Authorization: Bearer "+strings.TrimSpace(token),
+				"-H", "Content-Type: application/strategic-merge-patch+json",
+				"--data", args[2], server+"/api/v1/nodes/"+args[1]+"/status")
+			out, err := cmd.CombinedOutput()
+			return string(out), err
+		}
+		if args[0] == "create-event" {
+			event := `{"apiVersion":"events.k8s.io/v1","kind":"Event","metadata":{"generateName":"n1-"},` +
+				`"eventTime":"2026-01-01T00:00:00.000000Z","reportingController":"ipvs-guard","reportingInstance":"ipvs-guard-n1",` +
+				`"action":"IPVSModulesMissing","reason":"ModulesNotLoaded","type":"Warning","note":"test",` +
+				`"regarding":{"apiVersion":"v1","kind":"Node","name":"n1"}}`
+			cmd := exec.Command("curl", "-sS", "-k", "-X", "POST", "--fail-with-body",
+				"-H", "Authorization: Bearer "+strings.TrimSpace(token),
+				"-H", "Content-Type: application/json",
+				"--data", event, server+"/apis/events.k8s.io/v1/namespaces/"+args[1]+"/events")
+			out, err := cmd.CombinedOutput()
+			return string(out), err
+		}
+		cmd := exec.Command("kubectl", append([]string{"--kubeconfig", os.DevNull, "--server", server,
+			"--insecure-skip-tls-verify", "--token", strings.TrimSpace(token)}, args...)...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	condition := `{"status":{"conditions":[{"type":"IPVSModulesMissing","status":"False","reason":"ModulesLoaded","message":"test"}]}}`
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string // empty: must succeed
+	}{
+		{name: "own node status", args: []string{"patch-status", "n1", condition}},
+		{name: "own node annotation", args: []string{"patch", "node", "n1", "--type=merge", "-p", `{"metadata":{"annotations":{"ipvs-guard.io/macs":"02:00:00:00:00:01"}}}`}},
+		{name: "other node status", args: []string{"patch-status", "n2", condition},
+			wantErr: "ipvs-guard on node n1 may not modify node n2"},
+		{name: "own node spec", args: []string{"patch", "node", "n1", "--type=merge", "-p", `{"spec":{"unschedulable":true}}`},
+			wantErr: "ipvs-guard may change only annotations on its Node object, never its spec or labels"},
+		{name: "own node label", args: []string{"patch", "node", "n1", "--type=merge", "-p", `{"metadata":{"labels":{"x":"y"}}}`},
+			wantErr: "ipvs-guard may change only annotations on its Node object, never its spec or labels"},
+		{name: "RBAC: event on the node in default", args: []string{"create-event", "default"}},
+		{name: "RBAC: no event elsewhere", args: []string{"create-event", ns}, wantErr: "forbidden"},
+		{name: "RBAC: no pods", args: []string{"get", "pods", "-n", ns}, wantErr: "forbidden"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// The policy takes effect once the API server's policy
+			// informer has it: retry the allowed/denied outcome briefly.
+			var out string
+			var err error
+			for deadline := time.Now().Add(20 * time.Second); ; {
+				out, err = asAgent(tt.args...)
+				ok := (tt.wantErr == "" && err == nil) || (tt.wantErr != "" && err != nil && strings.Contains(out, tt.wantErr))
+				if ok || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+			if tt.wantErr == "" && err != nil {
+				t.Fatalf("kubectl %v as the agent: %v\n%s", tt.args, err, out)
+			}
+			if tt.wantErr != "" && (err == nil || !strings.Contains(out, tt.wantErr)) {
+				t.Fatalf("kubectl %v as the agent: err %v, output %q; want a denial containing %q", tt.args, err, out, tt.wantErr)
+			}
+		})
+	}
+}

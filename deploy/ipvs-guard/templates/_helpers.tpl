@@ -1,0 +1,67 @@
+{{/*
+The chart name, truncated to 63 characters.
+*/}}
+{{- define "ipvs-guard.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The full name of the release's resources, truncated to 63 characters.
+*/}}
+{{- define "ipvs-guard.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Chart name and version for the chart label.
+*/}}
+{{- define "ipvs-guard.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Common labels.
+*/}}
+{{- define "ipvs-guard.labels" -}}
+helm.sh/chart: {{ include "ipvs-guard.chart" . }}
+{{ include "ipvs-guard.selectorLabels" . }}
+app.kubernetes.io/version: {{ include "ipvs-guard.imageTag" . | quote }}
+app.kubernetes.io/component: node-agent
+app.kubernetes.io/part-of: ipvs-guard
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+Selector labels.
+*/}}
+{{- define "ipvs-guard.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "ipvs-guard.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+The ServiceAccount's name.
+*/}}
+{{- define "ipvs-guard.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "ipvs-guard.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The image tag: image.tag, else the chart's appVersion.
+*/}}
+{{- define "ipvs-guard.imageTag" -}}
+{{- .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}

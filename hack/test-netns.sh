@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Tier netns: tests that build their own topology of network namespaces,
+# veth pairs and bridges on this host (root needed) and check the ARP prober
+# against iputils arping side by side.
+source "$(dirname "$0")/lib.sh"
+cd "$REPO_ROOT"
+apt_ensure iproute2 iputils-arping
+exec_flag=()
+if [ "$(id -u)" -ne 0 ]; then
+	exec_flag=(-exec "sudo -n -E")
+fi
+go test "${exec_flag[@]}" -tags netns -count=1 -race ${NETNS_TEST_FLAGS:-} ./pkg/arpcheck/...

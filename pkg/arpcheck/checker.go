@@ -1,0 +1,352 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package arpcheck
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+
+	"golang.org/x/time/rate"
+	"k8s.io/klog/v2"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+)
+
+// Condition reasons of the arp check (stable, UpperCamelCase).
+const (
+	// ReasonAnswered means every probed IP was answered by exactly one expected MAC.
+	ReasonAnswered = "ARPAnswered"
+	// ReasonNoReply means at least one IP got no reply (and none conflicts or has the wrong responder).
+	ReasonNoReply = "ARPNoReply"
+	// ReasonConflict means at least one IP is answered by several MACs.
+	ReasonConflict = "ARPConflict"
+	// ReasonWrongResponder means at least one IP is answered by a MAC that is not the announcer's (and none conflicts).
+	ReasonWrongResponder = "ARPWrongResponder"
+	// ReasonNoTargets means there was nothing to probe.
+	ReasonNoTargets = "NoTargets"
+)
+
+// Target is one IP to probe and what is known about who should answer.
+type Target struct {
+	// IP is the IPv4 address to probe.
+	IP netip.Addr
+	// Interface, when set, forces the egress interface; otherwise a route lookup picks it.
+	Interface string
+	// ExpectedMACs, when set, are the only MACs allowed to answer (the
+	// announcing node's interface MACs); a single other MAC is wrong-responder.
+	ExpectedMACs []net.HardwareAddr
+	// ExpectedNode names the announcing node (MetalLB's ServiceL2Status). It
+	// appears in messages; without ExpectedMACs, a single responder whose MAC
+	// the NodeForMAC resolver attributes to another node is wrong-responder.
+	ExpectedNode string
+	// Service is the Service (namespace/name) owning the IP, for messages.
+	Service string
+}
+
+// TargetSource returns the targets of one check run. The agent builds it
+// from its informers; diagnose from --probe-ip.
+type TargetSource func(ctx context.Context) ([]Target, error)
+
+// StaticTargets returns a TargetSource that always yields targets.
+func StaticTargets(targets ...Target) TargetSource {
+	return func(context.Context) ([]Target, error) { return targets, nil }
+}
+
+// ParseTargets turns IP strings (each may be comma-separated) into targets
+// probed on iface (empty: chosen by route lookup).
+func ParseTargets(ips []string, iface string) ([]Target, error) {
+	var out []Target
+	for _, s := range ips {
+		for _, f := range strings.Split(s, ",") {
+			f = strings.TrimSpace(f)
+			if f == "" {
+				continue
+			}
+			ip, err := netip.ParseAddr(f)
+			if err != nil || !ip.Unmap().Is4() {
+				return nil, fmt.Errorf("parsing probe IP %q: not an IPv4 address", f)
+			}
+			out = append(out, Target{IP: ip.Unmap(), Interface: iface})
+		}
+	}
+	return out, nil
+}
+
+// NodeResolver names the node owning a MAC (from the MACs agents publish on
+// their Node); ok is false when the MAC is unknown.
+type NodeResolver func(mac net.HardwareAddr) (node string, ok bool)
+
+// CheckerOptions configure a Checker.
+type CheckerOptions struct {
+	// Targets yields the IPs to probe on each run. Required.
+	Targets TargetSource
+	// Network is the host side; default HostNetwork{} (this network namespace).
+	Network Network
+	// Probe tunes the probers. A nil Limiter gets one limiter shared by every
+	// interface and every run of this checker.
+	Probe ProbeOptions
+	// NodeForMAC, when set, names the node owning each responding MAC.
+	NodeForMAC NodeResolver
+}
+
+// Checker is the arp check (check.NameARP): it probes the targets, one
+// socket per egress interface, and reports a Finding per target. Its fields
+// are set at construction; Run may be called repeatedly, not concurrently
+// with itself for the same interfaces (each run opens its own sockets).
+type Checker struct {
+	targets  TargetSource
+	network  Network
+	probe    ProbeOptions
+	resolver NodeResolver
+}
+
+var _ check.Checker = (*Checker)(nil)
+
+// NewChecker returns the arp check.
+func NewChecker(opts CheckerOptions) (*Checker, error) {
+	if opts.Targets == nil {
+		return nil, errors.New("creating arp check: no target source")
+	}
+	if opts.Network == nil {
+		opts.Network = HostNetwork{}
+	}
+	if opts.Probe.Limiter == nil {
+		opts.Probe.Limiter = rate.NewLimiter(DefaultRate, DefaultBurst)
+	}
+	return &Checker{targets: opts.Targets, network: opts.Network, probe: opts.Probe, resolver: opts.NodeForMAC}, nil
+}
+
+// Name implements check.Checker.
+func (c *Checker) Name() string { return check.NameARP }
+
+// group is the targets sharing one egress interface.
+type group struct {
+	route   Route
+	ips     []netip.Addr
+	obs     map[netip.Addr]Observation
+	targets []int // indexes into the run's targets
+}
+
+// Run implements check.Checker. It returns an error (could not check) when
+// the targets cannot be listed, a socket cannot be opened or no target has a
+// usable route; findings about the IPs are never errors.
+func (c *Checker) Run(ctx context.Context) (check.Result, error) {
+	logger := klog.FromContext(ctx).WithValues("check", check.NameARP)
+	targets, err := c.targets(ctx)
+	if err != nil {
+		return check.Result{}, fmt.Errorf("listing IPs to ARP-probe: %w", err)
+	}
+	if len(targets) == 0 {
+		return check.Skipped(check.NameARP, ReasonNoTargets, "no LoadBalancer IPs to probe"), nil
+	}
+	targets = slices.Clone(targets) // the source's slice stays untouched
+
+	groups := map[int]*group{}
+	var order []*group
+	var unprobed []string
+	for i, t := range targets {
+		t.IP = t.IP.Unmap()
+		targets[i].IP = t.IP
+		if !t.IP.Is4() {
+			// IPv6 addresses are resolved by neighbour discovery, not ARP.
+			unprobed = append(unprobed, fmt.Sprintf("%s (not IPv4: ARP does not apply)", t.IP))
+			continue
+		}
+		rt, err := c.network.Route(ctx, t.IP, t.Interface)
+		if err != nil {
+			logger.V(2).Info("Not probing", "vip", t.IP, "err", err)
+			unprobed = append(unprobed, fmt.Sprintf("%s (%v)", t.IP, err))
+			continue
+		}
+		g, ok := groups[rt.Index]
+		if !ok {
+			g = &group{route: rt}
+			groups[rt.Index] = g
+			order = append(order, g)
+		}
+		g.ips = append(g.ips, t.IP)
+		g.targets = append(g.targets, i)
+	}
+	if len(order) == 0 {
+		return check.Result{}, fmt.Errorf("no IP could be probed: %s", strings.Join(unprobed, "; "))
+	}
+
+	if err := c.probeAll(ctx, order); err != nil {
+		return check.Result{}, err
+	}
+
+	findings := make([]Finding, len(targets))
+	probed := make([]bool, len(targets))
+	for _, g := range order {
+		for _, i := range g.targets {
+			findings[i] = c.finding(targets[i], g.route.Interface, g.obs[targets[i].IP])
+			probed[i] = true
+		}
+	}
+	res := check.Result{Name: check.NameARP, Status: check.StatusOK, Reason: ReasonAnswered}
+	var problems []string
+	worst := ResultAnswered
+	for i, f := range findings {
+		if !probed[i] {
+			continue
+		}
+		res.Findings = append(res.Findings, f)
+		if f.Result.Problem() {
+			problems = append(problems, f.String())
+			if severity(f.Result) > severity(worst) {
+				worst = f.Result
+			}
+		}
+	}
+	n := len(res.Findings)
+	if len(problems) == 0 {
+		res.Message = fmt.Sprintf("%d IP(s) answered ARP by exactly one MAC", n)
+	} else {
+		res.Status = check.StatusProblem
+		res.Reason = reasonFor(worst)
+		res.Message = fmt.Sprintf("%d of %d IP(s) fail ARP: %s", len(problems), n, strings.Join(problems, "; "))
+		res.Remediation = remediation(findings, probed)
+	}
+	if len(unprobed) > 0 {
+		res.Message += fmt.Sprintf("; not probed: %s", strings.Join(unprobed, "; "))
+	}
+	logger.V(2).Info("ARP check done", "ips", n, "problems", len(problems), "unprobed", len(unprobed))
+	return res, nil
+}
+
+// probeAll opens every group's socket first, then probes the groups in
+// parallel. Sockets are opened on the calling goroutine.
+func (c *Checker) probeAll(ctx context.Context, groups []*group) error {
+	type opened struct {
+		sock  Socket
+		dst   net.Addr
+		group *group
+	}
+	var socks []opened
+	defer func() {
+		for _, s := range socks {
+			_ = s.sock.Close()
+		}
+	}()
+	for _, g := range groups {
+		sock, dst, err := c.network.Listen(ctx, g.route)
+		if err != nil {
+			return err
+		}
+		socks = append(socks, opened{sock: sock, dst: dst, group: g})
+	}
+	errs := make([]error, len(socks))
+	var wg sync.WaitGroup
+	for i, s := range socks {
+		p, err := NewProber(s.sock, s.dst, s.group.route.Interface, s.group.route.MAC, s.group.route.Src, c.probe)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			obs, err := p.Probe(ctx, s.group.ips)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			s.group.obs = make(map[netip.Addr]Observation, len(obs))
+			for _, o := range obs {
+				s.group.obs[o.IP] = o
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (c *Checker) finding(t Target, iface string, o Observation) Finding {
+	f := Finding{
+		IP:           t.IP.String(),
+		Interface:    iface,
+		Result:       classify(o.MACs, t.ExpectedMACs),
+		MACs:         make([]string, 0, len(o.MACs)),
+		RTTSeconds:   o.RTT.Seconds(),
+		ExpectedNode: t.ExpectedNode,
+		Service:      t.Service,
+	}
+	// Sorted, so that a message (and a Node condition) does not change with
+	// the order replies happened to arrive in.
+	macs := slices.SortedFunc(slices.Values(o.MACs), func(a, b net.HardwareAddr) int { return bytes.Compare(a, b) })
+	known := false
+	nodes := make([]string, len(macs))
+	for i, m := range macs {
+		f.MACs = append(f.MACs, m.String())
+		if c.resolver != nil {
+			if n, ok := c.resolver(m); ok {
+				nodes[i], known = n, true
+			}
+		}
+	}
+	if known {
+		f.ResponderNodes = nodes
+	}
+	if len(t.ExpectedMACs) == 0 {
+		f.Result = classifyByNode(f.Result, nodes, t.ExpectedNode)
+	}
+	for _, m := range t.ExpectedMACs {
+		f.ExpectedMACs = append(f.ExpectedMACs, m.String())
+	}
+	return f
+}
+
+// severity orders results for the check's reason: a conflict (clients flap)
+// outranks a wrong responder, which outranks silence.
+func severity(r Result) int {
+	switch r {
+	case ResultConflict:
+		return 3
+	case ResultWrongResponder:
+		return 2
+	case ResultNoReply:
+		return 1
+	default:
+		return 0
+	}
+}
+
+func reasonFor(r Result) string {
+	switch r {
+	case ResultConflict:
+		return ReasonConflict
+	case ResultWrongResponder:
+		return ReasonWrongResponder
+	case ResultNoReply:
+		return ReasonNoReply
+	default:
+		return ReasonAnswered
+	}
+}
+
+// remediation returns one hint per kind of failure seen.
+func remediation(findings []Finding, probed []bool) []string {
+	seen := map[Result]bool{}
+	for i, f := range findings {
+		if probed[i] {
+			seen[f.Result] = true
+		}
+	}
+	var out []string
+	if seen[ResultConflict] {
+		out = append(out, "Several MACs answer ARP for one IP: enable strictARP in kube-proxy (ipvs.strictARP: true, i.e. net.ipv4.conf.all.arp_ignore=1 and arp_announce=2) so nodes stop answering for addresses on kube-ipvs0, and look for another host statically configured with the address (the MACs are listed above).")
+	}
+	if seen[ResultWrongResponder] {
+		out = append(out, "A MAC other than the announcing node's answers: check which node MetalLB elected (kubectl get servicel2statuses -A) and whether another host holds the address.")
+	}
+	if seen[ResultNoReply] {
+		out = append(out, "Nobody answers ARP: check that a MetalLB speaker announces the IP (an L2Advertisement covering its IPAddressPool, a speaker pod running with NET_RAW on a node its node selector allows: kubectl -n metallb-system logs ds/speaker) and that the prober is on the IP's layer-2 segment.")
+	}
+	return out
+}

@@ -1,0 +1,289 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package arpcheck
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/time/rate"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+)
+
+func TestFindingJSON(t *testing.T) {
+	tests := []struct {
+		name string
+		f    Finding
+		want string
+	}{
+		{
+			name: "no reply keeps an empty macs array",
+			f:    Finding{IP: "10.0.0.9", Interface: "eth0", Result: ResultNoReply, MACs: []string{}},
+			want: `{"ip":"10.0.0.9","interface":"eth0","result":"no-reply","macs":[],"rtt_seconds":0}`,
+		},
+		{
+			name: "answered",
+			f:    Finding{IP: "10.0.0.9", Interface: "eth0", Result: ResultAnswered, MACs: []string{"52:54:00:00:00:0a"}, RTTSeconds: 0.00025},
+			want: `{"ip":"10.0.0.9","interface":"eth0","result":"answered","macs":["52:54:00:00:00:0a"],"rtt_seconds":0.00025}`,
+		},
+		{
+			name: "wrong responder with context",
+			f: Finding{
+				IP: "10.0.0.9", Interface: "eth0", Result: ResultWrongResponder, MACs: []string{"52:54:00:00:00:0b"},
+				RTTSeconds: 0.001, ExpectedMACs: []string{"52:54:00:00:00:0a"}, ExpectedNode: "node-a",
+				ResponderNodes: []string{"node-b"}, Service: "default/web",
+			},
+			want: `{"ip":"10.0.0.9","interface":"eth0","result":"wrong-responder","macs":["52:54:00:00:00:0b"],"rtt_seconds":0.001,` +
+				`"expected_macs":["52:54:00:00:00:0a"],"expected_node":"node-a","responder_nodes":["node-b"],"service":"default/web"}`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := json.Marshal(tt.f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, string(b)); diff != "" {
+				t.Errorf("JSON (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestFindingString(t *testing.T) {
+	tests := []struct {
+		f    Finding
+		want string
+	}{
+		{
+			f:    Finding{IP: "10.0.0.9", Interface: "eth0", Result: ResultNoReply, MACs: []string{}},
+			want: "10.0.0.9 on eth0: no-reply, no MAC answered",
+		},
+		{
+			f:    Finding{IP: "10.0.0.9", Interface: "eth0", Result: ResultAnswered, MACs: []string{"52:54:00:00:00:0a"}, RTTSeconds: 0.00025},
+			want: "10.0.0.9 on eth0: answered by 52:54:00:00:00:0a in 250µs",
+		},
+		{
+			f: Finding{IP: "10.0.0.9", Interface: "eth0", Result: ResultConflict, MACs: []string{"52:54:00:00:00:0a", "52:54:00:00:00:0b"},
+				ResponderNodes: []string{"node-a", ""}, Service: "default/web"},
+			want: "10.0.0.9 (default/web) on eth0: conflict, 2 MACs answer: 52:54:00:00:00:0a (node-a), 52:54:00:00:00:0b",
+		},
+		{
+			f: Finding{IP: "10.0.0.9", Interface: "eth0", Result: ResultWrongResponder, MACs: []string{"52:54:00:00:00:0b"}, RTTSeconds: 0.0015,
+				ExpectedMACs: []string{"52:54:00:00:00:0a"}, ExpectedNode: "node-a", ResponderNodes: []string{"node-b"}},
+			want: "10.0.0.9 on eth0: wrong-responder by 52:54:00:00:00:0b (node-b) in 1.50ms, expected 52:54:00:00:00:0a (node-a)",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			if got := tt.f.String(); got != tt.want {
+				t.Errorf("String() = %q\nwant        %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseTargets(t *testing.T) {
+	got, err := ParseTargets([]string{"10.0.0.9, 10.0.0.10", "10.0.0.11", ""}, "eth1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Target{
+		{IP: ip("10.0.0.9"), Interface: "eth1"},
+		{IP: ip("10.0.0.10"), Interface: "eth1"},
+		{IP: ip("10.0.0.11"), Interface: "eth1"},
+	}
+	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Errorf("targets (-want +got):\n%s", diff)
+	}
+	for _, bad := range []string{"10.0.0", "fd00::1", "host.example"} {
+		if _, err := ParseTargets([]string{bad}, ""); err == nil {
+			t.Errorf("ParseTargets(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestChecker(t *testing.T) {
+	macA := mustMAC(t, "52:54:00:00:00:0a")
+	macB := mustMAC(t, "52:54:00:00:00:0b")
+	macC := mustMAC(t, "52:54:00:00:00:0c")
+	nodes := map[string]string{macA.String(): "node-a", macB.String(): "node-b"}
+	resolver := func(m net.HardwareAddr) (string, bool) { n, ok := nodes[m.String()]; return n, ok }
+	hosts := []*responder{
+		{mac: macA, ips: []netip.Addr{ip("10.0.0.10"), ip("10.0.0.12"), ip("10.0.0.13")}},
+		{mac: macB, ips: []netip.Addr{ip("10.0.0.12")}},
+		{mac: macC, ips: []netip.Addr{ip("10.0.0.14")}},
+	}
+	routes := map[string]Route{
+		"eth0": {Interface: "eth0", Index: 2, MAC: proberMAC, Src: proberIP},
+		"eth1": {Interface: "eth1", Index: 3, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, Src: ip("10.1.0.1")},
+	}
+	type want struct {
+		status   check.Status
+		reason   string
+		results  map[string]string
+		message  []string // substrings
+		findings int
+	}
+	tests := []struct {
+		name    string
+		targets []Target
+		noRoute map[netip.Addr]error
+		want    want
+	}{
+		{
+			name:    "all answered",
+			targets: []Target{{IP: ip("10.0.0.10")}, {IP: ip("10.0.0.13"), Interface: "eth1"}},
+			want: want{status: check.StatusOK, reason: ReasonAnswered, findings: 2,
+				results: map[string]string{"10.0.0.10@eth0": "answered", "10.0.0.13@eth1": "answered"}},
+		},
+		{
+			name:    "no reply",
+			targets: []Target{{IP: ip("10.0.0.10")}, {IP: ip("10.0.0.11")}},
+			want: want{status: check.StatusProblem, reason: ReasonNoReply, findings: 2,
+				results: map[string]string{"10.0.0.10@eth0": "answered", "10.0.0.11@eth0": "no-reply"},
+				message: []string{"1 of 2", "10.0.0.11 on eth0: no-reply"}},
+		},
+		{
+			name: "conflict outranks wrong responder and no reply",
+			targets: []Target{
+				{IP: ip("10.0.0.11")},
+				{IP: ip("10.0.0.12"), Service: "default/web"},
+				{IP: ip("10.0.0.14"), ExpectedMACs: []net.HardwareAddr{macA}, ExpectedNode: "node-a"},
+			},
+			want: want{status: check.StatusProblem, reason: ReasonConflict, findings: 3,
+				results: map[string]string{"10.0.0.11@eth0": "no-reply", "10.0.0.12@eth0": "conflict", "10.0.0.14@eth0": "wrong-responder"},
+				message: []string{
+					"10.0.0.12 (default/web) on eth0: conflict, 2 MACs answer: 52:54:00:00:00:0a (node-a), 52:54:00:00:00:0b (node-b)",
+					"10.0.0.14 on eth0: wrong-responder by 52:54:00:00:00:0c in", "expected 52:54:00:00:00:0a (node-a)",
+				}},
+		},
+		{
+			name:    "announcer named, another node answers",
+			targets: []Target{{IP: ip("10.0.0.10"), ExpectedNode: "node-b"}},
+			want: want{status: check.StatusProblem, reason: ReasonWrongResponder, findings: 1,
+				results: map[string]string{"10.0.0.10@eth0": "wrong-responder"},
+				message: []string{"by 52:54:00:00:00:0a (node-a)", "expected node node-b"}},
+		},
+		{
+			name:    "announcer named, unknown MAC answers",
+			targets: []Target{{IP: ip("10.0.0.14"), ExpectedNode: "node-b"}},
+			want: want{status: check.StatusOK, reason: ReasonAnswered, findings: 1,
+				results: map[string]string{"10.0.0.14@eth0": "answered"}},
+		},
+		{
+			name:    "wrong responder",
+			targets: []Target{{IP: ip("10.0.0.10"), ExpectedMACs: []net.HardwareAddr{macB}}},
+			want: want{status: check.StatusProblem, reason: ReasonWrongResponder, findings: 1,
+				results: map[string]string{"10.0.0.10@eth0": "wrong-responder"}},
+		},
+		{
+			name:    "IPv6 target is reported, not probed",
+			targets: []Target{{IP: ip("10.0.0.10")}, {IP: ip("fd00::10")}, {IP: ip("::ffff:10.0.0.13")}},
+			want: want{status: check.StatusOK, reason: ReasonAnswered, findings: 2,
+				results: map[string]string{"10.0.0.10@eth0": "answered", "10.0.0.13@eth0": "answered"},
+				message: []string{"not probed: fd00::10 (not IPv4"}},
+		},
+		{
+			name:    "unroutable target is reported, not probed",
+			targets: []Target{{IP: ip("10.0.0.10")}, {IP: ip("192.0.2.1")}},
+			noRoute: map[netip.Addr]error{ip("192.0.2.1"): ErrNotOnLink},
+			want: want{status: check.StatusOK, reason: ReasonAnswered, findings: 1,
+				results: map[string]string{"10.0.0.10@eth0": "answered"},
+				message: []string{"not probed: 192.0.2.1"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			netw := &fakeNetwork{routes: routes, first: "eth0", hosts: hosts, t: t, noRoute: tt.noRoute}
+			c, err := NewChecker(CheckerOptions{
+				Targets:    StaticTargets(tt.targets...),
+				Network:    netw,
+				Probe:      ProbeOptions{Window: 100 * time.Millisecond, Attempts: 2, Limiter: rate.NewLimiter(rate.Inf, 1)},
+				NodeForMAC: resolver,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Name() != check.NameARP {
+				t.Errorf("Name() = %q", c.Name())
+			}
+			res, err := c.Run(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := want{status: res.Status, reason: res.Reason, findings: len(res.Findings), results: map[string]string{}, message: tt.want.message}
+			for _, f := range res.Findings {
+				af := f.(Finding)
+				got.results[af.IP+"@"+af.Interface] = af.Result.String()
+			}
+			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(want{})); diff != "" {
+				t.Errorf("result (-want +got):\n%s\nmessage: %s", diff, res.Message)
+			}
+			for _, s := range tt.want.message {
+				if !strings.Contains(res.Message, s) {
+					t.Errorf("message %q lacks %q", res.Message, s)
+				}
+			}
+			if (res.Status == check.StatusProblem) != (len(res.Remediation) > 0) {
+				t.Errorf("status %s with remediation %q", res.Status, res.Remediation)
+			}
+			netw.mu.Lock()
+			defer netw.mu.Unlock()
+			for _, c := range netw.conns {
+				if !c.closed {
+					t.Error("a socket was left open")
+				}
+			}
+		})
+	}
+}
+
+func TestCheckerSkipsWithoutTargets(t *testing.T) {
+	c, err := NewChecker(CheckerOptions{Targets: StaticTargets(), Network: &fakeNetwork{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := check.Result{Name: check.NameARP, Status: check.StatusSkipped, Reason: ReasonNoTargets, Message: "no LoadBalancer IPs to probe"}
+	if diff := cmp.Diff(want, res); diff != "" {
+		t.Errorf("result (-want +got):\n%s", diff)
+	}
+}
+
+func TestCheckerErrors(t *testing.T) {
+	if _, err := NewChecker(CheckerOptions{}); err == nil {
+		t.Error("NewChecker without targets succeeded")
+	}
+	boom := errors.New("API down")
+	c, _ := NewChecker(CheckerOptions{Targets: func(context.Context) ([]Target, error) { return nil, boom }, Network: &fakeNetwork{}})
+	if _, err := c.Run(context.Background()); !errors.Is(err, boom) {
+		t.Errorf("Run error = %v, want %v", err, boom)
+	}
+	c, _ = NewChecker(CheckerOptions{
+		Targets: StaticTargets(Target{IP: ip("192.0.2.1")}),
+		Network: &fakeNetwork{noRoute: map[netip.Addr]error{ip("192.0.2.1"): ErrNotOnLink}},
+	})
+	if _, err := c.Run(context.Background()); !strings.Contains(fmtErr(err), "192.0.2.1") {
+		t.Errorf("Run error = %v, want one naming the unroutable IP", err)
+	}
+}
+
+func fmtErr(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package arpcheck
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Finding is the arp check's observation for one IP. Its JSON shape is part
+// of the CLI contract (DESIGN §8): ip, interface, result, macs, rtt_seconds,
+// plus optional context fields that are left out when empty.
+type Finding struct {
+	// IP is the probed address.
+	IP string `json:"ip"`
+	// Interface is where it was probed.
+	Interface string `json:"interface"`
+	// Result is the verdict.
+	Result Result `json:"result"`
+	// MACs are the distinct responders, sorted; never null.
+	MACs []string `json:"macs"`
+	// RTTSeconds is the round-trip time of the first reply; 0 when none.
+	RTTSeconds float64 `json:"rtt_seconds"`
+	// ExpectedMACs are the MACs allowed to answer, when known.
+	ExpectedMACs []string `json:"expected_macs,omitempty"`
+	// ExpectedNode is the node said to announce the IP, when known.
+	ExpectedNode string `json:"expected_node,omitempty"`
+	// ResponderNodes names the node owning each MAC in MACs ("" when unknown),
+	// when a node resolver is configured and knows at least one of them.
+	ResponderNodes []string `json:"responder_nodes,omitempty"`
+	// Service is the Service (namespace/name) the IP belongs to, when known.
+	Service string `json:"service,omitempty"`
+}
+
+// String renders the finding as one line, e.g.
+// "10.0.0.5 on eth0: conflict, 2 MACs answer: 52:54:00:00:00:01 (node-a), 52:54:00:00:00:02".
+func (f Finding) String() string {
+	var b strings.Builder
+	b.WriteString(f.IP)
+	if f.Service != "" {
+		fmt.Fprintf(&b, " (%s)", f.Service)
+	}
+	fmt.Fprintf(&b, " on %s: %s", f.Interface, f.Result)
+	switch f.Result {
+	case ResultNoReply:
+		b.WriteString(", no MAC answered")
+	case ResultConflict:
+		fmt.Fprintf(&b, ", %d MACs answer: %s", len(f.MACs), f.responders())
+	case ResultAnswered, ResultWrongResponder:
+		fmt.Fprintf(&b, " by %s in %s", f.responders(), formatRTT(f.RTTSeconds))
+	}
+	if f.Result == ResultWrongResponder || (f.Result == ResultConflict && (len(f.ExpectedMACs) > 0 || f.ExpectedNode != "")) {
+		b.WriteString(", expected ")
+		b.WriteString(f.expected())
+	}
+	return b.String()
+}
+
+// responders lists the MACs with their node names where known.
+func (f Finding) responders() string {
+	parts := make([]string, len(f.MACs))
+	for i, m := range f.MACs {
+		parts[i] = m
+		if i < len(f.ResponderNodes) && f.ResponderNodes[i] != "" {
+			parts[i] += " (" + f.ResponderNodes[i] + ")"
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (f Finding) expected() string {
+	s := strings.Join(f.ExpectedMACs, " or ")
+	switch {
+	case s == "":
+		return "node " + f.ExpectedNode
+	case f.ExpectedNode != "":
+		return s + " (" + f.ExpectedNode + ")"
+	default:
+		return s
+	}
+}
+
+func formatRTT(sec float64) string {
+	us := sec * 1e6
+	if us < 1000 {
+		return fmt.Sprintf("%.0fµs", us)
+	}
+	return fmt.Sprintf("%.2fms", us/1000)
+}

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package arpcheck
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+)
+
+// ErrNotSupported is returned where ARP probing is not implemented (every
+// platform but Linux).
+var ErrNotSupported = errors.New("ARP probing is only supported on Linux")
+
+// ErrNotOnLink is returned by a route lookup when the address is reached
+// through a gateway: it is not on a directly connected segment, so ARP cannot
+// tell who holds it.
+var ErrNotOnLink = errors.New("address is not on a directly connected network")
+
+// Route is where ARP requests for an address go out: the egress interface
+// and the source address a route lookup chose.
+type Route struct {
+	// Interface is the egress interface's name.
+	Interface string
+	// Index is its interface index.
+	Index int
+	// MAC is its hardware address (the requests' sender).
+	MAC net.HardwareAddr
+	// Src is the requests' sender IP; 0.0.0.0 when the interface has no IPv4 address.
+	Src netip.Addr
+}
+
+// Socket is a link-layer socket bound to one interface.
+type Socket interface {
+	PacketConn
+	// Close releases the socket.
+	Close() error
+}
+
+// Network is what the checker needs from the host: a route lookup and a
+// socket per interface. HostNetwork is the real one.
+type Network interface {
+	// Route returns where requests for ip go out. iface, when not empty,
+	// forces the egress interface. It returns ErrNotOnLink when ip is only
+	// reachable through a gateway and no interface was forced.
+	Route(ctx context.Context, ip netip.Addr, iface string) (Route, error)
+	// Listen opens an ARP socket on r's interface and returns it with the
+	// link-layer broadcast address to write requests to.
+	Listen(ctx context.Context, r Route) (Socket, net.Addr, error)
+}
+
+// HostNetwork is the host's network: netlink route lookups and AF_PACKET
+// sockets. With NetNSPath empty it is the network namespace of the calling
+// thread; otherwise the named one (e.g. /var/run/netns/x), whose sockets are
+// opened from a dedicated OS thread so the caller's thread is never moved.
+type HostNetwork struct {
+	// NetNSPath is the network namespace to work in; empty for the current one.
+	NetNSPath string
+}
+
+var _ Network = HostNetwork{}

@@ -1,0 +1,310 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build linux
+
+package arpcheck
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/mdlayher/packet"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// recvBuffer is the socket receive buffer asked for, so a burst of replies
+// to many in-flight requests is not dropped.
+const recvBuffer = 4 << 20
+
+// handle opens a netlink handle in the configured namespace.
+func (h HostNetwork) handle() (*netlink.Handle, error) {
+	if h.NetNSPath == "" {
+		nh, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+		if err != nil {
+			return nil, fmt.Errorf("opening netlink: %w", err)
+		}
+		return nh, nil
+	}
+	ns, err := netns.GetFromPath(h.NetNSPath)
+	if err != nil {
+		return nil, fmt.Errorf("opening network namespace %s: %w", h.NetNSPath, err)
+	}
+	defer ns.Close()
+	nh, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("opening netlink in %s: %w", h.NetNSPath, err)
+	}
+	return nh, nil
+}
+
+// Route implements Network. It asks the kernel (RTM_GETROUTE, as
+// `ip route get`). When the answer is a local route — on an IPVS node every
+// LoadBalancer IP sits on kube-ipvs0, so the node itself "holds" it — the
+// main table's longest match says which segment the address lives on.
+func (h HostNetwork) Route(_ context.Context, ip netip.Addr, iface string) (Route, error) {
+	nh, err := h.handle()
+	if err != nil {
+		return Route{}, err
+	}
+	defer nh.Close()
+
+	var forced netlink.Link
+	if iface != "" {
+		forced, err = nh.LinkByName(iface)
+		if err != nil {
+			return Route{}, fmt.Errorf("looking up interface %s: %w", iface, err)
+		}
+	}
+	var opts netlink.RouteGetOptions
+	if forced != nil {
+		opts.OifIndex = forced.Attrs().Index
+	}
+	routes, err := nh.RouteGetWithOptions(ip.AsSlice(), &opts)
+	var rt *netlink.Route
+	if err == nil && len(routes) > 0 && routes[0].Type != unix.RTN_LOCAL {
+		rt = &routes[0]
+	} else {
+		rt, err = mainTableMatch(nh, ip, forced)
+		if err != nil {
+			return Route{}, err
+		}
+	}
+	if rt.Gw != nil && forced == nil {
+		return Route{}, fmt.Errorf("route to %s goes via %s: %w", ip, rt.Gw, ErrNotOnLink)
+	}
+	link := forced
+	if link == nil {
+		link, err = nh.LinkByIndex(rt.LinkIndex)
+		if err != nil {
+			return Route{}, fmt.Errorf("looking up interface %d for %s: %w", rt.LinkIndex, ip, err)
+		}
+	}
+	attrs := link.Attrs()
+	if len(attrs.HardwareAddr) != 6 {
+		return Route{}, fmt.Errorf("route to %s leaves through %s, which is not an Ethernet interface", ip, attrs.Name)
+	}
+	src, ok := netip.AddrFromSlice(rt.Src)
+	if !ok || !src.Unmap().Is4() || (forced != nil && !linkHas(nh, link, src.Unmap())) {
+		src = pickSource(nh, link, ip)
+	}
+	return Route{Interface: attrs.Name, Index: attrs.Index, MAC: attrs.HardwareAddr, Src: src.Unmap()}, nil
+}
+
+// mainTableMatch finds the longest-prefix route to ip in the main table
+// (restricted to link when not nil).
+func mainTableMatch(nh *netlink.Handle, ip netip.Addr, link netlink.Link) (*netlink.Route, error) {
+	filter := &netlink.Route{Table: unix.RT_TABLE_MAIN}
+	mask := uint64(netlink.RT_FILTER_TABLE)
+	if link != nil {
+		filter.LinkIndex = link.Attrs().Index
+		mask |= netlink.RT_FILTER_OIF
+	}
+	routes, err := nh.RouteListFiltered(netlink.FAMILY_V4, filter, mask)
+	if err != nil {
+		return nil, fmt.Errorf("listing routes for %s: %w", ip, err)
+	}
+	var best *netlink.Route
+	bestLen := -1
+	for i := range routes {
+		r := &routes[i]
+		plen := 0
+		if r.Dst != nil {
+			pfx, ok := prefixOf(r.Dst)
+			if !ok || !pfx.Contains(ip) {
+				continue
+			}
+			plen = pfx.Bits()
+		}
+		if plen > bestLen || (plen == bestLen && r.Priority < best.Priority) {
+			best, bestLen = r, plen
+		}
+	}
+	if best == nil {
+		return nil, fmt.Errorf("no route to %s", ip)
+	}
+	return best, nil
+}
+
+func prefixOf(n *net.IPNet) (netip.Prefix, bool) {
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, _ := n.Mask.Size()
+	return netip.PrefixFrom(a.Unmap(), ones).Masked(), true
+}
+
+// pickSource returns the link's IPv4 address on ip's subnet, else its first
+// IPv4 address, else 0.0.0.0 (an ARP probe, which owners answer too).
+func pickSource(nh *netlink.Handle, link netlink.Link, ip netip.Addr) netip.Addr {
+	addrs, err := nh.AddrList(link, netlink.FAMILY_V4)
+	if err != nil {
+		return netip.IPv4Unspecified()
+	}
+	var first netip.Addr
+	for _, a := range addrs {
+		pfx, ok := prefixOf(a.IPNet)
+		if !ok {
+			continue
+		}
+		addr, _ := netip.AddrFromSlice(a.IP)
+		addr = addr.Unmap()
+		if pfx.Contains(ip) {
+			return addr
+		}
+		if !first.IsValid() {
+			first = addr
+		}
+	}
+	if first.IsValid() {
+		return first
+	}
+	return netip.IPv4Unspecified()
+}
+
+func linkHas(nh *netlink.Handle, link netlink.Link, ip netip.Addr) bool {
+	addrs, err := nh.AddrList(link, netlink.FAMILY_V4)
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if addr, ok := netip.AddrFromSlice(a.IP); ok && addr.Unmap() == ip {
+			return true
+		}
+	}
+	return false
+}
+
+// socketConfig attaches a kernel filter that passes only ARP replies, so the
+// reader is not woken by every ARP request on a busy segment.
+func socketConfig() (*packet.Config, error) {
+	const arpOpOffset = 14 + 6 // Ethernet header, then hardware/protocol type and sizes
+	prog, err := bpf.Assemble([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: 12, Size: 2},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.ETH_P_ARP, SkipTrue: 3},
+		bpf.LoadAbsolute{Off: arpOpOffset, Size: 2},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: 2, SkipTrue: 1}, // ARPOP_REPLY
+		bpf.RetConstant{Val: 1600},
+		bpf.RetConstant{Val: 0},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("assembling the ARP reply filter: %w", err)
+	}
+	return &packet.Config{Filter: prog}, nil
+}
+
+// Listen implements Network: an AF_PACKET socket for ARP frames on r's
+// interface, with a large receive buffer.
+func (h HostNetwork) Listen(_ context.Context, r Route) (Socket, net.Addr, error) {
+	ifi := &net.Interface{Index: r.Index, Name: r.Interface, HardwareAddr: r.MAC}
+	var (
+		conn *packet.Conn
+		err  error
+	)
+	cfg, err := socketConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	if h.NetNSPath == "" {
+		conn, err = packet.Listen(ifi, packet.Raw, unix.ETH_P_ARP, cfg)
+	} else {
+		conn, err = listenInNetNS(h.NetNSPath, ifi, cfg)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening ARP socket on %s: %w", r.Interface, err)
+	}
+	bcast := &packet.Addr{HardwareAddr: ethernetBroadcast}
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return conn, bcast, nil
+	}
+	stamped := false
+	_ = rc.Control(func(fd uintptr) {
+		if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, recvBuffer) != nil {
+			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, recvBuffer)
+		}
+		stamped = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1) == nil
+	})
+	if !stamped {
+		return conn, bcast, nil
+	}
+	return &stampedConn{Conn: conn, rc: rc, oob: make([]byte, 128)}, bcast, nil
+}
+
+// stampedConn reads frames with the kernel's receive timestamp
+// (SO_TIMESTAMPNS), so a reply's RTT does not include the time the reader
+// goroutine took to be scheduled. One goroutine reads at a time (oob is
+// reused).
+type stampedConn struct {
+	*packet.Conn
+	rc  syscall.RawConn
+	oob []byte
+}
+
+// ReadFromStamped reads one frame and returns when the kernel received it.
+// It honours the read deadline like ReadFrom.
+func (c *stampedConn) ReadFromStamped(b []byte) (int, time.Time, error) {
+	var (
+		n, oobn int
+		rerr    error
+	)
+	err := c.rc.Read(func(fd uintptr) bool {
+		n, oobn, _, _, rerr = unix.Recvmsg(int(fd), b, c.oob, unix.MSG_DONTWAIT)
+		return rerr != unix.EAGAIN
+	})
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	if rerr != nil {
+		return 0, time.Time{}, os.NewSyscallError("recvmsg", rerr)
+	}
+	var ts time.Time
+	if msgs, err := unix.ParseSocketControlMessage(c.oob[:oobn]); err == nil {
+		for _, m := range msgs {
+			if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SCM_TIMESTAMPNS && len(m.Data) >= int(unsafe.Sizeof(unix.Timespec{})) {
+				t := (*unix.Timespec)(unsafe.Pointer(&m.Data[0]))
+				ts = time.Unix(t.Unix())
+			}
+		}
+	}
+	return n, ts, nil
+}
+
+// listenInNetNS opens the socket from a goroutine locked to a thread that is
+// moved into the namespace. The thread is never unlocked, so the runtime
+// retires it when the goroutine ends rather than reusing a thread in a
+// foreign namespace.
+func listenInNetNS(path string, ifi *net.Interface, cfg *packet.Config) (*packet.Conn, error) {
+	type result struct {
+		conn *packet.Conn
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		ns, err := netns.GetFromPath(path)
+		if err != nil {
+			ch <- result{err: fmt.Errorf("opening network namespace %s: %w", path, err)}
+			return
+		}
+		defer ns.Close()
+		if err := netns.Set(ns); err != nil {
+			ch <- result{err: fmt.Errorf("entering network namespace %s: %w", path, err)}
+			return
+		}
+		c, err := packet.Listen(ifi, packet.Raw, unix.ETH_P_ARP, cfg)
+		ch <- result{conn: c, err: err}
+	}()
+	r := <-ch
+	return r.conn, r.err
+}

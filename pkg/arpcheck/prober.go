@@ -1,0 +1,468 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package arpcheck
+
+import (
+	"bytes"
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	"k8s.io/klog/v2"
+)
+
+// PacketConn is what the prober needs from a link-layer socket: whole
+// Ethernet frames in and out, and read deadlines. *packet.Conn implements
+// it; tests use an in-memory fake.
+type PacketConn interface {
+	// ReadFrom reads one frame.
+	ReadFrom(b []byte) (int, net.Addr, error)
+	// WriteTo writes one frame to addr.
+	WriteTo(b []byte, addr net.Addr) (int, error)
+	// SetReadDeadline bounds the current and future ReadFrom calls; a time in
+	// the past unblocks a pending read.
+	SetReadDeadline(t time.Time) error
+}
+
+// stampedReader is implemented by sockets that report when the kernel
+// received a frame; the prober then measures RTT up to that instant instead
+// of up to when its reader goroutine got to run.
+type stampedReader interface {
+	ReadFromStamped(b []byte) (int, time.Time, error)
+}
+
+// Defaults for ProbeOptions.
+const (
+	// DefaultWindow is how long replies for an IP are collected.
+	DefaultWindow = time.Second
+	// DefaultAttempts is how many requests a silent IP gets.
+	DefaultAttempts = 3
+	// DefaultRate is the frames per second a node sends at most.
+	DefaultRate = rate.Limit(2000)
+	// DefaultBurst is how many frames may go out back to back.
+	DefaultBurst = 128
+)
+
+// readSlice bounds each read, so a reader never sleeps past a stop request
+// for long even if a deadline update raced with it.
+const readSlice = 200 * time.Millisecond
+
+// ProbeOptions tune a Prober. Zero fields take the defaults.
+type ProbeOptions struct {
+	// Window is how long replies for an IP are collected, counted from its
+	// first request (default 1 s). Retries are spread over the window.
+	Window time.Duration
+	// Attempts is how many requests are sent to an IP that does not answer
+	// before it is declared no-reply (default 3: one request, two retries).
+	Attempts int
+	// Limiter paces every frame sent; share one across probers to bound a
+	// node's total ARP rate. Default: DefaultRate frames/s, burst DefaultBurst.
+	Limiter *rate.Limiter
+}
+
+func (o ProbeOptions) withDefaults() ProbeOptions {
+	if o.Window <= 0 {
+		o.Window = DefaultWindow
+	}
+	if o.Attempts <= 0 {
+		o.Attempts = DefaultAttempts
+	}
+	if o.Limiter == nil {
+		o.Limiter = rate.NewLimiter(DefaultRate, DefaultBurst)
+	}
+	return o
+}
+
+// Observation is what was seen for one probed IP.
+type Observation struct {
+	// IP is the probed address.
+	IP netip.Addr
+	// MACs are the distinct hardware addresses that answered within the
+	// window, in order of first reply.
+	MACs []net.HardwareAddr
+	// RTT is the time from the latest request sent before the first reply to
+	// that reply: to the kernel's receive timestamp when the socket gives one
+	// (so the reader's own wake-up is not counted), else to when it was read.
+	// Zero when nothing answered.
+	RTT time.Duration
+	// Requests is how many requests were sent.
+	Requests int
+}
+
+// Prober sends ARP requests for many IPs at once on one socket and collects
+// every reply. Its fields are set at construction and never change; Probe
+// serialises its callers with mu, since one socket has one reader.
+type Prober struct {
+	conn  PacketConn
+	dst   net.Addr
+	mac   net.HardwareAddr
+	src   netip.Addr
+	iface string
+	opts  ProbeOptions
+
+	mu sync.Mutex
+}
+
+// NewProber returns a prober that writes requests to dst (the link-layer
+// broadcast address of conn) from mac/src. iface names the interface in logs.
+// conn stays owned by the caller.
+func NewProber(conn PacketConn, dst net.Addr, iface string, mac net.HardwareAddr, src netip.Addr, opts ProbeOptions) (*Prober, error) {
+	if conn == nil {
+		return nil, errors.New("creating ARP prober: nil connection")
+	}
+	if len(mac) != 6 {
+		return nil, fmt.Errorf("creating ARP prober on %s: %q is not an Ethernet address", iface, mac)
+	}
+	if !src.Is4() {
+		return nil, fmt.Errorf("creating ARP prober on %s: source %s is not IPv4", iface, src)
+	}
+	return &Prober{conn: conn, dst: dst, mac: mac, src: src, iface: iface, opts: opts.withDefaults()}, nil
+}
+
+// probeState is the per-IP bookkeeping of one Probe call. It is guarded by
+// the run's mutex: the sender writes sends, the reader writes replies.
+type probeState struct {
+	ip      netip.Addr
+	sends   []time.Time
+	macs    []net.HardwareAddr // distinct, in order of first reply
+	arrived []time.Time        // first arrival per entry of macs
+	stamped []time.Time        // kernel receive time per entry of macs, zero when unknown
+}
+
+func (s *probeState) deadline(window, interval time.Duration) time.Time {
+	if len(s.sends) == 0 {
+		return time.Time{}
+	}
+	d := s.sends[0].Add(window)
+	if last := s.sends[len(s.sends)-1].Add(interval); last.After(d) {
+		d = last
+	}
+	return d
+}
+
+// retry is a scheduled re-send.
+type retry struct {
+	due time.Time
+	st  *probeState
+}
+
+type retryHeap []retry
+
+func (h retryHeap) Len() int           { return len(h) }
+func (h retryHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h retryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *retryHeap) Push(x any)        { *h = append(*h, x.(retry)) }
+func (h *retryHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// Probe sends ARP requests for every IP (duplicates probed once), keeps
+// sending to silent ones up to Attempts times within the window, and returns
+// one Observation per distinct IP, in input order. Requests to different IPs
+// are in flight together; only the rate limiter paces them. Replies for IPs
+// not probed, malformed frames and our own requests seen on the socket are
+// ignored. It returns early with ctx's error when ctx is done.
+func (p *Prober) Probe(ctx context.Context, ips []netip.Addr) ([]Observation, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	logger := klog.FromContext(ctx).WithValues("iface", p.iface)
+
+	states := make(map[netip.Addr]*probeState, len(ips))
+	order := make([]*probeState, 0, len(ips))
+	for _, ip := range ips {
+		ip = ip.Unmap()
+		if !ip.Is4() {
+			return nil, fmt.Errorf("probing %s on %s: only IPv4 addresses can be ARP-probed", ip, p.iface)
+		}
+		if _, ok := states[ip]; ok {
+			continue
+		}
+		st := &probeState{ip: ip}
+		states[ip] = st
+		order = append(order, st)
+	}
+	if len(order) == 0 {
+		return nil, nil
+	}
+
+	var mu sync.Mutex // guards every probeState
+	r := &reader{conn: p.conn, mac: p.mac, src: p.src, states: states, mu: &mu, logger: logger, ready: make(chan struct{})}
+	// A broken socket ends the round at once instead of after the window.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	readerDone := make(chan error, 1)
+	go func() {
+		err := r.run()
+		if err != nil {
+			cancel(err)
+		}
+		readerDone <- err
+	}()
+	// Start sending once the reader is about to read: the first reply can
+	// come back within microseconds.
+	select {
+	case <-r.ready:
+	case <-ctx.Done():
+	}
+
+	sendErr := p.send(ctx, order, &mu)
+	if sendErr == nil {
+		// Collect replies until the last window closes.
+		mu.Lock()
+		var end time.Time
+		interval := p.opts.Window / time.Duration(p.opts.Attempts)
+		for _, st := range order {
+			if d := st.deadline(p.opts.Window, interval); d.After(end) {
+				end = d
+			}
+		}
+		mu.Unlock()
+		sendErr = sleepUntil(ctx, end)
+	}
+	r.stop()
+	if readErr := <-readerDone; readErr != nil {
+		return nil, readErr
+	}
+	if sendErr != nil {
+		return nil, sendErr
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	interval := p.opts.Window / time.Duration(p.opts.Attempts)
+	out := make([]Observation, 0, len(order))
+	for _, st := range order {
+		out = append(out, st.observe(p.opts.Window, interval))
+	}
+	logger.V(4).Info("ARP probe round done", "ips", len(out), "requests", r.requests(order))
+	return out, nil
+}
+
+// observe keeps the replies that arrived within the window and measures the RTT.
+func (s *probeState) observe(window, interval time.Duration) Observation {
+	o := Observation{IP: s.ip, Requests: len(s.sends), MACs: []net.HardwareAddr{}}
+	deadline := s.deadline(window, interval)
+	first := -1
+	for i, mac := range s.macs {
+		if s.arrived[i].After(deadline) {
+			continue
+		}
+		o.MACs = append(o.MACs, mac)
+		if first < 0 || s.arrived[i].Before(s.arrived[first]) {
+			first = i
+		}
+	}
+	if first < 0 {
+		return o
+	}
+	var sent time.Time
+	for _, t := range s.sends {
+		if !t.After(s.arrived[first]) {
+			sent = t
+		}
+	}
+	if sent.IsZero() {
+		return o
+	}
+	o.RTT = s.arrived[first].Sub(sent)
+	// The kernel's receive time (a wall-clock reading) is better when it is
+	// consistent with the monotonic one.
+	if k := s.stamped[first]; !k.IsZero() {
+		if rtt := k.Sub(sent.Round(0)); rtt > 0 && rtt <= o.RTT {
+			o.RTT = rtt
+		}
+	}
+	return o
+}
+
+// send writes the first request for every IP, then retries for the silent
+// ones. Due retries go before first requests, so a long rate-limited batch
+// does not starve early IPs of their retries.
+func (p *Prober) send(ctx context.Context, order []*probeState, mu *sync.Mutex) error {
+	interval := p.opts.Window / time.Duration(p.opts.Attempts)
+	var retries retryHeap
+	next := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("probing on %s: %w", p.iface, err)
+		}
+		var st *probeState
+		now := time.Now()
+		switch {
+		case len(retries) > 0 && !retries[0].due.After(now):
+			st = heap.Pop(&retries).(retry).st
+			mu.Lock()
+			answered := len(st.macs) > 0
+			mu.Unlock()
+			if answered {
+				continue
+			}
+		case next < len(order):
+			st = order[next]
+			next++
+		case len(retries) > 0:
+			if err := sleepUntil(ctx, retries[0].due); err != nil {
+				return err
+			}
+			continue
+		default:
+			return nil
+		}
+		if err := p.opts.Limiter.Wait(ctx); err != nil {
+			return fmt.Errorf("probing on %s: waiting for the rate limiter: %w", p.iface, err)
+		}
+		frame, err := BuildRequest(p.mac, p.src, st.ip)
+		if err != nil {
+			return err
+		}
+		// Record the send before writing: on a fast link the reply can be
+		// read before WriteTo even returns.
+		sent := time.Now()
+		mu.Lock()
+		st.sends = append(st.sends, sent)
+		n := len(st.sends)
+		mu.Unlock()
+		if _, err := p.conn.WriteTo(frame, p.dst); err != nil {
+			return fmt.Errorf("sending ARP request for %s on %s: %w", st.ip, p.iface, err)
+		}
+		if n < p.opts.Attempts {
+			heap.Push(&retries, retry{due: sent.Add(interval), st: st})
+		}
+	}
+}
+
+// sleepUntil waits until t or until ctx is done.
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for ARP replies: %w", ctx.Err())
+	case <-timer.C:
+		return nil
+	}
+}
+
+// reader reads frames until stopped and records the replies that match a
+// probed IP. stopMu orders stop against the deadline updates in run, so a
+// stop request always interrupts the read in progress.
+type reader struct {
+	conn   PacketConn
+	mac    net.HardwareAddr
+	src    netip.Addr
+	states map[netip.Addr]*probeState
+	mu     *sync.Mutex
+	logger klog.Logger
+	ready  chan struct{} // closed just before the first read
+	once   sync.Once
+
+	stopMu  sync.Mutex
+	stopped bool
+}
+
+func (r *reader) signalReady() { r.once.Do(func() { close(r.ready) }) }
+
+func (r *reader) stop() {
+	r.stopMu.Lock()
+	defer r.stopMu.Unlock()
+	r.stopped = true
+	_ = r.conn.SetReadDeadline(time.Unix(1, 0))
+}
+
+func (r *reader) run() error {
+	buf := make([]byte, 1600)
+	sr, stamped := r.conn.(stampedReader)
+	defer r.signalReady()
+	for {
+		r.stopMu.Lock()
+		if r.stopped {
+			r.stopMu.Unlock()
+			return nil
+		}
+		err := r.conn.SetReadDeadline(time.Now().Add(readSlice))
+		r.stopMu.Unlock()
+		if err != nil {
+			return fmt.Errorf("setting read deadline: %w", err)
+		}
+		r.signalReady()
+		var (
+			n      int
+			kernel time.Time
+		)
+		if stamped {
+			n, kernel, err = sr.ReadFromStamped(buf)
+		} else {
+			n, _, err = r.conn.ReadFrom(buf)
+		}
+		now := time.Now()
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			r.stopMu.Lock()
+			stopped := r.stopped
+			r.stopMu.Unlock()
+			if stopped {
+				return nil
+			}
+			return fmt.Errorf("reading ARP replies: %w", err)
+		}
+		r.handle(buf[:n], now, kernel)
+	}
+}
+
+// handle records one frame if it is a reply to us about a probed IP. now is
+// when it was read; kernel, when not zero, when the kernel received it.
+func (r *reader) handle(frame []byte, now, kernel time.Time) {
+	rep, err := ParseReply(frame)
+	if err != nil {
+		return // requests (including our own, looped back), other traffic, garbage
+	}
+	if bytes.Equal(rep.SenderMAC, r.mac) {
+		return // our own frame
+	}
+	if rep.TargetIP != r.src || (!bytes.Equal(rep.TargetMAC, r.mac) && !bytes.Equal(rep.TargetMAC, ethernetBroadcast)) {
+		return // a reply to someone else's request
+	}
+	st, ok := r.states[rep.SenderIP]
+	if !ok {
+		return // not an IP we probe
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(st.sends) == 0 {
+		return // arrived before we asked: not an answer to us
+	}
+	if containsMAC(st.macs, rep.SenderMAC) {
+		return
+	}
+	st.macs = append(st.macs, rep.SenderMAC)
+	st.arrived = append(st.arrived, now)
+	st.stamped = append(st.stamped, kernel)
+}
+
+func (r *reader) requests(order []*probeState) int {
+	n := 0
+	for _, st := range order {
+		n += len(st.sends)
+	}
+	return n
+}

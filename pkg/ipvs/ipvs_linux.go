@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build linux
+
+package ipvs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	_ "unsafe" // for go:linkname
+
+	mobyipvs "github.com/moby/ipvs"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"k8s.io/klog/v2"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+)
+
+// moby/ipvs v1.1.0 keeps two process-wide variables that make it unusable
+// as-is for an observer (netlink_linux.go):
+//
+//   - ipvsOnce guards setup(), which the first ipvs.New runs: it execs
+//     `modprobe -va ip_vs` (a mutation) and then resolves the IPVS generic
+//     netlink family id once.
+//   - ipvsFamily is that family id, used by every request of every handle and
+//     never refreshed. The kernel allocates generic-netlink ids cyclically, so
+//     after ip_vs is unloaded and loaded again the family has a new id and
+//     every request with the old one fails with ENOENT for the life of the
+//     process.
+//
+// The library offers no way to avoid either, so this package reaches the two
+// variables by name: it completes ipvsOnce with a no-op before the first
+// ipvs.New (so modprobe is never executed), and sets ipvsFamily itself from a
+// generic-netlink family dump before every read. The module is pinned to
+// v1.1.0 in go.mod; TestMobyTrapsDisarmed fails if a new version renames them.
+//
+//go:linkname mobyOnce github.com/moby/ipvs.ipvsOnce
+var mobyOnce sync.Once
+
+//go:linkname mobyFamily github.com/moby/ipvs.ipvsFamily
+var mobyFamily int
+
+// mobyMu serialises every use of moby/ipvs in the process, because
+// mobyFamily is process-wide: it guards mobyFamily and every request made
+// through a moby handle.
+var mobyMu sync.Mutex
+
+// disarmMobySetup makes moby/ipvs's one-time setup a no-op. Safe to call
+// any number of times, from any goroutine.
+func disarmMobySetup() { mobyOnce.Do(func() {}) }
+
+// Option configures a Handle.
+type Option func(*Handle)
+
+// WithNetNS reads the IPVS table of the network namespace at path (e.g.
+// /proc/<pid>/ns/net) instead of the caller's.
+func WithNetNS(path string) Option { return func(h *Handle) { h.nsPath = path } }
+
+// Handle reads the IPVS table through moby/ipvs. It is safe for concurrent
+// use; reads are serialised.
+//
+// Every Table call first checks that ip_vs is loaded (files under root only),
+// then resolves the IPVS family id by dumping the generic-netlink families (a
+// dump never asks the kernel to load a module, unlike a by-name lookup), and
+// re-creates the moby handle whenever the id changed.
+type Handle struct {
+	root   hostfs.Root
+	nsPath string
+
+	// families lists the generic-netlink families (seam for tests).
+	families func(nsPath string) (map[string]int, error)
+
+	// mu guards h and family.
+	mu     sync.Mutex
+	h      *mobyipvs.Handle
+	family int
+}
+
+var _ Interface = (*Handle)(nil)
+
+// New returns a Handle for the host at root. It does not touch the kernel.
+func New(root hostfs.Root, opts ...Option) *Handle {
+	disarmMobySetup()
+	h := &Handle{root: root, families: genlFamilies}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
+}
+
+// Close releases the netlink socket.
+func (h *Handle) Close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closeLocked()
+}
+
+func (h *Handle) closeLocked() {
+	if h.h != nil {
+		h.h.Close()
+		h.h = nil
+	}
+	h.family = 0
+}
+
+// Table implements Interface.
+func (h *Handle) Table(ctx context.Context) (Table, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	loaded, err := ModuleLoaded(h.root)
+	if err != nil {
+		return nil, err
+	}
+	if !loaded {
+		h.closeLocked()
+		return nil, ErrModuleNotLoaded
+	}
+	t, err := h.readLocked(ctx)
+	if errors.Is(err, syscall.ENOENT) {
+		// The family vanished between the dump and the read (ip_vs being
+		// unloaded or reloaded right now): resolve again, once.
+		klog.FromContext(ctx).V(2).Info("IPVS family id went stale, re-resolving", "module", "ip_vs")
+		h.closeLocked()
+		t, err = h.readLocked(ctx)
+	}
+	return t, err
+}
+
+func (h *Handle) readLocked(ctx context.Context) (Table, error) {
+	fams, err := h.families(h.nsPath)
+	if err != nil {
+		return nil, fmt.Errorf("listing generic netlink families: %w", err)
+	}
+	id, ok := fams["IPVS"]
+	if !ok {
+		// Listed in /proc/modules but not registered (yet, or any more).
+		return nil, fmt.Errorf("%w: the IPVS netlink family is not registered", ErrModuleNotLoaded)
+	}
+	if id != h.family || h.h == nil {
+		if h.h != nil {
+			klog.FromContext(ctx).Info("IPVS netlink family changed (ip_vs reloaded), reopening", "module", "ip_vs", "old", h.family, "new", id)
+			h.h.Close()
+			h.h = nil
+		}
+		disarmMobySetup()
+		mh, err := mobyipvs.New(h.nsPath)
+		if err != nil {
+			return nil, fmt.Errorf("opening IPVS netlink socket: %w", err)
+		}
+		h.h, h.family = mh, id
+	}
+
+	mobyMu.Lock()
+	defer mobyMu.Unlock()
+	mobyFamily = h.family
+	svcs, err := h.h.GetServices()
+	if err != nil {
+		return nil, fmt.Errorf("listing IPVS services: %w", err)
+	}
+	t := make(Table, 0, len(svcs))
+	for _, s := range svcs {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		v, err := fromMobyService(s)
+		if err != nil {
+			return nil, err
+		}
+		dests, err := h.h.GetDestinations(s)
+		if err != nil {
+			return nil, fmt.Errorf("listing real servers of %s: %w", v, err)
+		}
+		e := Entry{Virtual: v, Real: make([]RealServer, 0, len(dests))}
+		for _, d := range dests {
+			r, err := fromMobyDestination(d)
+			if err != nil {
+				return nil, err
+			}
+			e.Real = append(e.Real, r)
+		}
+		t = append(t, e)
+	}
+	return t, nil
+}
+
+// genlFamilies dumps the generic-netlink families of the namespace at nsPath
+// ("" for the caller's) by name.
+func genlFamilies(nsPath string) (map[string]int, error) {
+	nh := &netlink.Handle{}
+	if nsPath != "" {
+		ns, err := netns.GetFromPath(nsPath)
+		if err != nil {
+			return nil, fmt.Errorf("opening network namespace %s: %w", nsPath, err)
+		}
+		defer ns.Close()
+		nh, err = netlink.NewHandleAt(ns, syscall.NETLINK_GENERIC)
+		if err != nil {
+			return nil, fmt.Errorf("opening netlink in %s: %w", nsPath, err)
+		}
+		defer nh.Close()
+	}
+	fams, err := nh.GenlFamilyList()
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]int, len(fams))
+	for _, f := range fams {
+		m[f.Name] = int(f.ID)
+	}
+	return m, nil
+}

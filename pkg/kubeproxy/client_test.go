@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package kubeproxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeKubeProxy serves kube-proxy's metrics endpoints from files, as
+// cmd/kube-proxy/app/server.go does (text/plain, no newline on /proxyMode).
+func fakeKubeProxy(t *testing.T, proxyMode string, configzFile string) *httptest.Server {
+	t.Helper()
+	configz, err := os.ReadFile(configzFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, err := os.ReadFile("testdata/metrics-build-info.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/proxyMode", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Write([]byte(proxyMode))
+	})
+	mux.HandleFunc("/configz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(configz)
+	})
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		w.Write(metrics)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestClientRealBodies(t *testing.T) {
+	mode, err := os.ReadFile("testdata/proxyMode-ipvs.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := fakeKubeProxy(t, string(mode), "testdata/configz-ipvs-lc.json")
+	c := NewClient(strings.TrimPrefix(srv.URL, "http://"), time.Second)
+	ctx := context.Background()
+	got, err := c.ProxyMode(ctx)
+	if err != nil || got != "ipvs" {
+		t.Fatalf("ProxyMode = %q, %v", got, err)
+	}
+	cfg, err := c.Configz(ctx)
+	if err != nil || cfg.IPVS.Scheduler != "lc" || !cfg.IPVS.StrictARP {
+		t.Fatalf("Configz = %+v, %v", cfg, err)
+	}
+	v, err := c.Version(ctx)
+	if err != nil || v.GitVersion != "v1.37.1" {
+		t.Fatalf("Version = %+v, %v", v, err)
+	}
+	if s, from := ResolveScheduler(ctx, "", ConfigzScheduler(c)); s != "lc" || from != FromConfigz {
+		t.Errorf("ResolveScheduler = %q from %q", s, from)
+	}
+	if s, from := ResolveScheduler(ctx, "wrr", ConfigzScheduler(c)); s != "wrr" || from != FromFlag {
+		t.Errorf("ResolveScheduler with override = %q from %q", s, from)
+	}
+}
+
+func TestClientOldShapeAndIPTables(t *testing.T) {
+	srv := fakeKubeProxy(t, "iptables", "testdata/configz-1.30-internal.json")
+	c := NewClient(strings.TrimPrefix(srv.URL, "http://"), time.Second)
+	got, err := c.ProxyMode(context.Background())
+	if err != nil || got != "iptables" {
+		t.Fatalf("ProxyMode = %q, %v", got, err)
+	}
+	cfg, err := c.Configz(context.Background())
+	if err != nil || cfg.Mode != "ipvs" || cfg.IPVS.Scheduler != "wrr" || cfg.IPVS.StrictARP {
+		t.Fatalf("Configz = %+v, %v", cfg, err)
+	}
+}
+
+func TestClientUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there any more: connection refused
+	c := NewClient(addr, time.Second)
+	ctx := context.Background()
+	if _, err := c.ProxyMode(ctx); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("ProxyMode err = %v, want ErrUnreachable", err)
+	}
+	if _, err := c.Configz(ctx); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("Configz err = %v, want ErrUnreachable", err)
+	}
+	if s, from := ResolveScheduler(ctx, "", ConfigzScheduler(c)); s != "rr" || from != FromDefault {
+		t.Errorf("ResolveScheduler = %q from %q, want rr from default", s, from)
+	}
+}
+
+func TestClientNotFoundAndTimeout(t *testing.T) {
+	block := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/proxyMode" {
+			select {
+			case <-block:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(func() { close(block); srv.Close() })
+	c := NewClient(strings.TrimPrefix(srv.URL, "http://"), 100*time.Millisecond)
+	if _, err := c.Configz(context.Background()); err == nil || errors.Is(err, ErrUnreachable) {
+		t.Errorf("404: err = %v, want a plain error", err)
+	}
+	if _, err := c.ProxyMode(context.Background()); err == nil || errors.Is(err, ErrUnreachable) {
+		t.Errorf("timeout: err = %v, want a plain error", err)
+	}
+}

@@ -1,0 +1,269 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package metrics
+
+import (
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/version"
+)
+
+const namespace = "ipvs_guard"
+
+// ARP probe results, as in the arp check's findings (DESIGN §8).
+var arpResults = []string{"answered", "no-reply", "conflict", "wrong-responder"}
+
+// Check statuses, in the order they are exposed.
+var checkStatuses = []check.Status{check.StatusOK, check.StatusProblem, check.StatusError, check.StatusSkipped}
+
+// Condition statuses, as on a Node.
+var conditionStatuses = []string{"True", "False", "Unknown"}
+
+// Condition is the status of one Node condition ipvs-guard owns, as last
+// computed by the agent (True means a problem).
+type Condition struct {
+	// Type is the condition type, e.g. IPVSModulesMissing.
+	Type string
+	// Status is True, False or Unknown.
+	Status string
+	// Reason is the condition's UpperCamelCase reason.
+	Reason string
+}
+
+// CheckRuns is the reconcile loop's record of one check.
+type CheckRuns struct {
+	// Name is the check's name.
+	Name string
+	// Runs counts finished runs; Errors those that ended in an infrastructure error.
+	Runs, Errors uint64
+	// LastSuccess is when the latest run without an infrastructure error
+	// started; zero if none yet.
+	LastSuccess time.Time
+	// LastDuration is how long the latest run took.
+	LastDuration time.Duration
+}
+
+// Snapshot is what the collector reads on every scrape: the latest result of
+// every check, the conditions computed from them and the loop's run counts.
+type Snapshot struct {
+	// Results are the latest results, one per check.
+	Results []check.Result
+	// Conditions are the Node conditions ipvs-guard owns; nil means none are
+	// exposed (e.g. diagnose, which publishes no conditions).
+	Conditions []Condition
+	// Checks are the reconcile loop's run counts, one per enabled check.
+	Checks []CheckRuns
+}
+
+// Collector exposes the node's current state as const metrics computed from a
+// [Snapshot] at scrape time. It is safe for concurrent scrapes as long as the
+// snapshot function is.
+type Collector struct {
+	snapshot func() Snapshot
+	info     version.Info
+
+	buildInfo             *prometheus.Desc
+	checkStatus           *prometheus.Desc
+	conditionStatus       *prometheus.Desc
+	conditionReason       *prometheus.Desc
+	moduleLoaded          *prometheus.Desc
+	moduleDeclared        *prometheus.Desc
+	moduleAvailable       *prometheus.Desc
+	moduleStale           *prometheus.Desc
+	kubeProxyMode         *prometheus.Desc
+	virtualServers        *prometheus.Desc
+	virtualServersNoReal  *prometheus.Desc
+	arpProbeResult        *prometheus.Desc
+	arpResponders         *prometheus.Desc
+	arpProbeRTT           *prometheus.Desc
+	reconcileTotal        *prometheus.Desc
+	reconcileErrors       *prometheus.Desc
+	reconcileLastSuccess  *prometheus.Desc
+	reconcileLastDuration *prometheus.Desc
+}
+
+var _ prometheus.Collector = (*Collector)(nil)
+
+// NewCollector returns a collector over snapshot, which must return the
+// latest state without blocking for long (it is called on every scrape).
+func NewCollector(snapshot func() Snapshot) *Collector {
+	return newCollector(snapshot, version.Get())
+}
+
+func newCollector(snapshot func() Snapshot, info version.Info) *Collector {
+	d := func(sub, name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(namespace, sub, name), help, labels, nil)
+	}
+	return &Collector{
+		snapshot: snapshot,
+		info:     info,
+		buildInfo: d("", "build_info",
+			"Build information of the running ipvs-guard binary; the value is always 1.",
+			"version", "commit", "build_date", "go_version", "platform"),
+		checkStatus: d("check", "status",
+			"Latest outcome of each check: 1 for the current status, 0 for the others.",
+			"check", "status"),
+		conditionStatus: d("node", "condition_status",
+			"Status of each Node condition ipvs-guard owns (True means a problem): 1 for the current status, 0 for the others.",
+			"condition", "status"),
+		conditionReason: d("node", "condition_reason",
+			"Current reason of each Node condition ipvs-guard owns; the value is always 1.",
+			"condition", "reason"),
+		moduleLoaded: d("modules", "loaded",
+			"Whether a required kernel module is loaded or built in (1) or not (0).",
+			"module"),
+		moduleDeclared: d("modules", "declared",
+			"Whether a required kernel module is declared for loading at boot in modules-load.d (1) or not (0).",
+			"module"),
+		moduleAvailable: d("modules", "available",
+			"Whether the running kernel ships a required module, on disk or built in (1), or not (0).",
+			"module"),
+		moduleStale: d("modules", "stale_declaration",
+			"Whether a module is declared for boot but absent from the running kernel (1) or not (0).",
+			"module"),
+		kubeProxyMode: d("kube_proxy", "mode",
+			"The proxy mode kube-proxy reports on its metrics port; the value is always 1.",
+			"mode"),
+		virtualServers: d("ipvs", "virtual_servers",
+			"Number of IPVS virtual servers in the node's table."),
+		virtualServersNoReal: d("ipvs", "virtual_servers_without_real_servers",
+			"Number of IPVS virtual servers whose Service has ready endpoints but which have no real servers."),
+		arpProbeResult: d("arp", "probe_result",
+			"Latest ARP probe result for a LoadBalancer IP this node probes: 1 for the current result, 0 for the others.",
+			"ip", "interface", "result"),
+		arpResponders: d("arp", "responders",
+			"Number of distinct MAC addresses that answered the latest ARP probe of a LoadBalancer IP.",
+			"ip", "interface"),
+		arpProbeRTT: d("arp", "probe_rtt_seconds",
+			"Round-trip time of the first reply to the latest ARP probe of a LoadBalancer IP (absent when nothing answered).",
+			"ip", "interface"),
+		reconcileTotal: d("reconcile", "total",
+			"Number of finished check runs by the reconcile loop, by check.",
+			"check"),
+		reconcileErrors: d("reconcile", "errors_total",
+			"Number of check runs that could not complete (infrastructure errors such as EPERM on netlink), by check.",
+			"check"),
+		reconcileLastSuccess: d("reconcile", "last_success_timestamp_seconds",
+			"Unix time the last check run without an infrastructure error started, by check (absent before the first).",
+			"check"),
+		reconcileLastDuration: d("reconcile", "last_duration_seconds",
+			"Duration of the latest check run, including any remediation, by check.",
+			"check"),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		c.buildInfo, c.checkStatus, c.conditionStatus, c.conditionReason,
+		c.moduleLoaded, c.moduleDeclared, c.moduleAvailable, c.moduleStale,
+		c.kubeProxyMode, c.virtualServers, c.virtualServersNoReal,
+		c.arpProbeResult, c.arpResponders, c.arpProbeRTT,
+		c.reconcileTotal, c.reconcileErrors, c.reconcileLastSuccess, c.reconcileLastDuration,
+	} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	gauge(c.buildInfo, 1, c.info.Version, c.info.Commit, c.info.BuildDate, c.info.GoVersion, c.info.Platform)
+
+	snap := c.snapshot()
+	for _, r := range snap.Checks {
+		ch <- prometheus.MustNewConstMetric(c.reconcileTotal, prometheus.CounterValue, float64(r.Runs), r.Name)
+		ch <- prometheus.MustNewConstMetric(c.reconcileErrors, prometheus.CounterValue, float64(r.Errors), r.Name)
+		if !r.LastSuccess.IsZero() {
+			gauge(c.reconcileLastSuccess, float64(r.LastSuccess.UnixNano())/1e9, r.Name)
+		}
+		if r.Runs > 0 {
+			gauge(c.reconcileLastDuration, r.LastDuration.Seconds(), r.Name)
+		}
+	}
+	for _, cond := range snap.Conditions {
+		for _, s := range conditionStatuses {
+			gauge(c.conditionStatus, boolValue(cond.Status == s), cond.Type, s)
+		}
+		if cond.Reason != "" {
+			gauge(c.conditionReason, 1, cond.Type, cond.Reason)
+		}
+	}
+
+	// One series set per name: if a check reports the same module or IP
+	// twice, the last finding wins rather than producing a duplicate series
+	// (which would fail the whole scrape).
+	modules := map[string]moduleState{}
+	arps := map[[2]string]arpState{}
+	for _, r := range snap.Results {
+		for _, s := range checkStatuses {
+			gauge(c.checkStatus, boolValue(r.Status == s), r.Name, string(s))
+		}
+		st := stateOf(r)
+		for _, m := range st.modules {
+			modules[m.Module] = m
+		}
+		for _, a := range st.arp {
+			arps[[2]string{a.IP, a.Interface}] = a
+		}
+		if st.mode != "" {
+			gauge(c.kubeProxyMode, 1, st.mode)
+		}
+		if st.virtualServers != nil {
+			gauge(c.virtualServers, float64(*st.virtualServers))
+		}
+		if st.withoutReal != nil {
+			gauge(c.virtualServersNoReal, float64(*st.withoutReal))
+		}
+	}
+
+	for _, name := range sortedKeys(modules) {
+		m := modules[name]
+		gauge(c.moduleLoaded, boolValue(m.Loaded || m.Builtin), name)
+		gauge(c.moduleDeclared, boolValue(m.Declared), name)
+		gauge(c.moduleAvailable, boolValue(m.Available || m.Builtin), name)
+		gauge(c.moduleStale, boolValue(m.Stale), name)
+	}
+	keys := make([][2]string, 0, len(arps))
+	for k := range arps {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i][0] != keys[j][0] {
+			return keys[i][0] < keys[j][0]
+		}
+		return keys[i][1] < keys[j][1]
+	})
+	for _, k := range keys {
+		a := arps[k]
+		for _, res := range arpResults {
+			gauge(c.arpProbeResult, boolValue(a.Result == res), a.IP, a.Interface, res)
+		}
+		gauge(c.arpResponders, float64(len(a.MACs)), a.IP, a.Interface)
+		if len(a.MACs) > 0 && a.RTTSeconds > 0 {
+			gauge(c.arpProbeRTT, a.RTTSeconds, a.IP, a.Interface)
+		}
+	}
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,296 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package metrics
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/version"
+)
+
+// Findings shaped like the checking packages' (their JSON is the contract).
+type moduleFinding struct {
+	Module    string `json:"module"`
+	Loaded    bool   `json:"loaded"`
+	Builtin   bool   `json:"builtin"`
+	Available bool   `json:"available"`
+	Declared  bool   `json:"declared"`
+	Stale     bool   `json:"stale"`
+}
+
+func (f moduleFinding) String() string { return f.Module }
+
+type arpFinding struct {
+	IP         string   `json:"ip"`
+	Interface  string   `json:"interface"`
+	Result     string   `json:"result"`
+	MACs       []string `json:"macs"`
+	RTTSeconds float64  `json:"rtt_seconds"`
+}
+
+func (f arpFinding) String() string { return f.IP }
+
+type modeFinding struct {
+	Mode string `json:"mode"`
+}
+
+func (f modeFinding) String() string { return f.Mode }
+
+type tableFinding struct {
+	VirtualServers int `json:"virtual_servers"`
+	WithoutReal    int `json:"virtual_servers_without_real_servers"`
+}
+
+func (f tableFinding) String() string { return "table" }
+
+// textFinding has no JSON form the collector understands.
+type textFinding string
+
+func (f textFinding) String() string { return string(f) }
+
+var testInfo = version.Info{Version: "v1.2.3", Commit: "abc", BuildDate: "2026-01-01T00:00:00Z", GoVersion: "go1.26.0", Platform: "linux/amd64"}
+
+const buildInfoText = `
+# HELP ipvs_guard_build_info Build information of the running ipvs-guard binary; the value is always 1.
+# TYPE ipvs_guard_build_info gauge
+ipvs_guard_build_info{build_date="2026-01-01T00:00:00Z",commit="abc",go_version="go1.26.0",platform="linux/amd64",version="v1.2.3"} 1
+`
+
+func TestCollector(t *testing.T) {
+	tests := []struct {
+		name    string
+		snap    Snapshot
+		metrics []string // restrict the comparison to these names (all when empty)
+		want    string
+	}{
+		{
+			name: "nothing run yet exposes only build info",
+			want: buildInfoText,
+		},
+		{
+			name: "modules",
+			snap: Snapshot{Results: []check.Result{{
+				Name: check.NameModules, Status: check.StatusProblem,
+				Findings: []check.Finding{
+					moduleFinding{Module: "ip_vs", Loaded: true, Available: true, Declared: true},
+					moduleFinding{Module: "ip_vs_lc", Available: true},
+					moduleFinding{Module: "nf_conntrack", Builtin: true, Declared: true},
+					moduleFinding{Module: "nf_conntrack_ipv4", Declared: true, Stale: true},
+					textFinding("ignored"),
+					nil,
+				},
+			}}},
+			metrics: []string{"ipvs_guard_modules_loaded", "ipvs_guard_modules_declared", "ipvs_guard_modules_available", "ipvs_guard_modules_stale_declaration", "ipvs_guard_check_status"},
+			want: `
+# HELP ipvs_guard_check_status Latest outcome of each check: 1 for the current status, 0 for the others.
+# TYPE ipvs_guard_check_status gauge
+ipvs_guard_check_status{check="modules",status="error"} 0
+ipvs_guard_check_status{check="modules",status="ok"} 0
+ipvs_guard_check_status{check="modules",status="problem"} 1
+ipvs_guard_check_status{check="modules",status="skipped"} 0
+# HELP ipvs_guard_modules_available Whether the running kernel ships a required module, on disk or built in (1), or not (0).
+# TYPE ipvs_guard_modules_available gauge
+ipvs_guard_modules_available{module="ip_vs"} 1
+ipvs_guard_modules_available{module="ip_vs_lc"} 1
+ipvs_guard_modules_available{module="nf_conntrack"} 1
+ipvs_guard_modules_available{module="nf_conntrack_ipv4"} 0
+# HELP ipvs_guard_modules_declared Whether a required kernel module is declared for loading at boot in modules-load.d (1) or not (0).
+# TYPE ipvs_guard_modules_declared gauge
+ipvs_guard_modules_declared{module="ip_vs"} 1
+ipvs_guard_modules_declared{module="ip_vs_lc"} 0
+ipvs_guard_modules_declared{module="nf_conntrack"} 1
+ipvs_guard_modules_declared{module="nf_conntrack_ipv4"} 1
+# HELP ipvs_guard_modules_loaded Whether a required kernel module is loaded or built in (1) or not (0).
+# TYPE ipvs_guard_modules_loaded gauge
+ipvs_guard_modules_loaded{module="ip_vs"} 1
+ipvs_guard_modules_loaded{module="ip_vs_lc"} 0
+ipvs_guard_modules_loaded{module="nf_conntrack"} 1
+ipvs_guard_modules_loaded{module="nf_conntrack_ipv4"} 0
+# HELP ipvs_guard_modules_stale_declaration Whether a module is declared for boot but absent from the running kernel (1) or not (0).
+# TYPE ipvs_guard_modules_stale_declaration gauge
+ipvs_guard_modules_stale_declaration{module="ip_vs"} 0
+ipvs_guard_modules_stale_declaration{module="ip_vs_lc"} 0
+ipvs_guard_modules_stale_declaration{module="nf_conntrack"} 0
+ipvs_guard_modules_stale_declaration{module="nf_conntrack_ipv4"} 1
+`,
+		},
+		{
+			name: "arp results, responders and rtt",
+			snap: Snapshot{Results: []check.Result{{
+				Name: check.NameARP, Status: check.StatusProblem,
+				Findings: []check.Finding{
+					arpFinding{IP: "192.0.2.10", Interface: "eth0", Result: "answered", MACs: []string{"02:00:00:00:00:01"}, RTTSeconds: 0.0012},
+					arpFinding{IP: "192.0.2.11", Interface: "eth0", Result: "no-reply"},
+					arpFinding{IP: "192.0.2.12", Interface: "eth0", Result: "conflict", MACs: []string{"02:00:00:00:00:01", "02:00:00:00:00:02"}, RTTSeconds: 0.002},
+				},
+			}}},
+			metrics: []string{"ipvs_guard_arp_probe_result", "ipvs_guard_arp_responders", "ipvs_guard_arp_probe_rtt_seconds"},
+			want: `
+# HELP ipvs_guard_arp_probe_result Latest ARP probe result for a LoadBalancer IP this node probes: 1 for the current result, 0 for the others.
+# TYPE ipvs_guard_arp_probe_result gauge
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="answered"} 1
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="conflict"} 0
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="no-reply"} 0
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="wrong-responder"} 0
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="answered"} 0
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="conflict"} 0
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="no-reply"} 1
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="wrong-responder"} 0
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.12",result="answered"} 0
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.12",result="conflict"} 1
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.12",result="no-reply"} 0
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.12",result="wrong-responder"} 0
+# HELP ipvs_guard_arp_probe_rtt_seconds Round-trip time of the first reply to the latest ARP probe of a LoadBalancer IP (absent when nothing answered).
+# TYPE ipvs_guard_arp_probe_rtt_seconds gauge
+ipvs_guard_arp_probe_rtt_seconds{interface="eth0",ip="192.0.2.10"} 0.0012
+ipvs_guard_arp_probe_rtt_seconds{interface="eth0",ip="192.0.2.12"} 0.002
+# HELP ipvs_guard_arp_responders Number of distinct MAC addresses that answered the latest ARP probe of a LoadBalancer IP.
+# TYPE ipvs_guard_arp_responders gauge
+ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.10"} 1
+ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.11"} 0
+ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.12"} 2
+`,
+		},
+		{
+			name: "kube-proxy mode, ipvs table and conditions",
+			snap: Snapshot{
+				Results: []check.Result{
+					{Name: check.NameKubeProxy, Status: check.StatusProblem, Findings: []check.Finding{modeFinding{Mode: "iptables"}}},
+					{Name: check.NameIPVS, Status: check.StatusOK, Findings: []check.Finding{tableFinding{VirtualServers: 7, WithoutReal: 2}}},
+				},
+				Conditions: []Condition{
+					{Type: "KubeProxyIPVSDegraded", Status: "True", Reason: "NotInIPVSMode"},
+				},
+			},
+			metrics: []string{"ipvs_guard_kube_proxy_mode", "ipvs_guard_ipvs_virtual_servers", "ipvs_guard_ipvs_virtual_servers_without_real_servers", "ipvs_guard_node_condition_status", "ipvs_guard_node_condition_reason"},
+			want: `
+# HELP ipvs_guard_ipvs_virtual_servers Number of IPVS virtual servers in the node's table.
+# TYPE ipvs_guard_ipvs_virtual_servers gauge
+ipvs_guard_ipvs_virtual_servers 7
+# HELP ipvs_guard_ipvs_virtual_servers_without_real_servers Number of IPVS virtual servers whose Service has ready endpoints but which have no real servers.
+# TYPE ipvs_guard_ipvs_virtual_servers_without_real_servers gauge
+ipvs_guard_ipvs_virtual_servers_without_real_servers 2
+# HELP ipvs_guard_kube_proxy_mode The proxy mode kube-proxy reports on its metrics port; the value is always 1.
+# TYPE ipvs_guard_kube_proxy_mode gauge
+ipvs_guard_kube_proxy_mode{mode="iptables"} 1
+# HELP ipvs_guard_node_condition_reason Current reason of each Node condition ipvs-guard owns; the value is always 1.
+# TYPE ipvs_guard_node_condition_reason gauge
+ipvs_guard_node_condition_reason{condition="KubeProxyIPVSDegraded",reason="NotInIPVSMode"} 1
+# HELP ipvs_guard_node_condition_status Status of each Node condition ipvs-guard owns (True means a problem): 1 for the current status, 0 for the others.
+# TYPE ipvs_guard_node_condition_status gauge
+ipvs_guard_node_condition_status{condition="KubeProxyIPVSDegraded",status="False"} 0
+ipvs_guard_node_condition_status{condition="KubeProxyIPVSDegraded",status="True"} 1
+ipvs_guard_node_condition_status{condition="KubeProxyIPVSDegraded",status="Unknown"} 0
+`,
+		},
+		{
+			name: "a duplicate finding does not break the scrape",
+			snap: Snapshot{Results: []check.Result{{
+				Name: check.NameARP, Status: check.StatusOK,
+				Findings: []check.Finding{
+					arpFinding{IP: "192.0.2.10", Interface: "eth0", Result: "no-reply"},
+					arpFinding{IP: "192.0.2.10", Interface: "eth0", Result: "answered", MACs: []string{"02:00:00:00:00:01"}},
+				},
+			}}},
+			metrics: []string{"ipvs_guard_arp_responders"},
+			want: `
+# HELP ipvs_guard_arp_responders Number of distinct MAC addresses that answered the latest ARP probe of a LoadBalancer IP.
+# TYPE ipvs_guard_arp_responders gauge
+ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.10"} 1
+`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCollector(func() Snapshot { return tt.snap }, testInfo)
+			if err := testutil.CollectAndCompare(c, strings.NewReader(tt.want), tt.metrics...); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestCollectorVanishes checks that an IP or module that leaves the results
+// leaves /metrics too (the reason state is a collector, not a GaugeVec).
+func TestCollectorVanishes(t *testing.T) {
+	snap := Snapshot{Results: []check.Result{
+		{Name: check.NameARP, Status: check.StatusProblem, Findings: []check.Finding{
+			arpFinding{IP: "192.0.2.10", Interface: "eth0", Result: "answered", MACs: []string{"02:00:00:00:00:01"}},
+			arpFinding{IP: "192.0.2.11", Interface: "eth0", Result: "no-reply"},
+		}},
+	}}
+	c := newCollector(func() Snapshot { return snap }, testInfo)
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := testutil.CollectAndCount(c, "ipvs_guard_arp_responders"), 2; got != want {
+		t.Fatalf("responders series before: got %d, want %d", got, want)
+	}
+	// The Service behind 192.0.2.11 is deleted: the next results no longer probe it.
+	snap = Snapshot{Results: []check.Result{
+		{Name: check.NameARP, Status: check.StatusOK, Findings: []check.Finding{
+			arpFinding{IP: "192.0.2.10", Interface: "eth0", Result: "answered", MACs: []string{"02:00:00:00:00:01"}},
+		}},
+	}}
+	want := `
+# HELP ipvs_guard_arp_responders Number of distinct MAC addresses that answered the latest ARP probe of a LoadBalancer IP.
+# TYPE ipvs_guard_arp_responders gauge
+ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.10"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ipvs_guard_arp_responders"); err != nil {
+		t.Error(err)
+	}
+	if got := testutil.CollectAndCount(c, "ipvs_guard_arp_probe_result"); got != 4 {
+		t.Errorf("probe result series after: got %d, want 4 (one IP × four results)", got)
+	}
+}
+
+func TestCollectorLint(t *testing.T) {
+	snap := Snapshot{Results: []check.Result{
+		{Name: check.NameModules, Status: check.StatusOK, Findings: []check.Finding{moduleFinding{Module: "ip_vs", Loaded: true, Available: true, Declared: true}}},
+		{Name: check.NameARP, Status: check.StatusOK, Findings: []check.Finding{arpFinding{IP: "192.0.2.10", Interface: "eth0", Result: "answered", MACs: []string{"02:00:00:00:00:01"}, RTTSeconds: 0.001}}},
+	}}
+	problems, err := testutil.CollectAndLint(newCollector(func() Snapshot { return snap }, testInfo))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+func TestCollectorReconcileRuns(t *testing.T) {
+	snap := Snapshot{Checks: []CheckRuns{
+		{Name: check.NameModules, Runs: 3, Errors: 1, LastSuccess: time.Unix(1700000000, 500000000), LastDuration: 250 * time.Millisecond},
+		{Name: check.NameARP}, // enabled, never ran
+	}}
+	want := `
+# HELP ipvs_guard_reconcile_errors_total Number of check runs that could not complete (infrastructure errors such as EPERM on netlink), by check.
+# TYPE ipvs_guard_reconcile_errors_total counter
+ipvs_guard_reconcile_errors_total{check="arp"} 0
+ipvs_guard_reconcile_errors_total{check="modules"} 1
+# HELP ipvs_guard_reconcile_last_duration_seconds Duration of the latest check run, including any remediation, by check.
+# TYPE ipvs_guard_reconcile_last_duration_seconds gauge
+ipvs_guard_reconcile_last_duration_seconds{check="modules"} 0.25
+# HELP ipvs_guard_reconcile_last_success_timestamp_seconds Unix time the last check run without an infrastructure error started, by check (absent before the first).
+# TYPE ipvs_guard_reconcile_last_success_timestamp_seconds gauge
+ipvs_guard_reconcile_last_success_timestamp_seconds{check="modules"} 1.7000000005e+09
+# HELP ipvs_guard_reconcile_total Number of finished check runs by the reconcile loop, by check.
+# TYPE ipvs_guard_reconcile_total counter
+ipvs_guard_reconcile_total{check="arp"} 0
+ipvs_guard_reconcile_total{check="modules"} 3
+`
+	c := newCollector(func() Snapshot { return snap }, testInfo)
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
+		"ipvs_guard_reconcile_total", "ipvs_guard_reconcile_errors_total",
+		"ipvs_guard_reconcile_last_success_timestamp_seconds", "ipvs_guard_reconcile_last_duration_seconds"); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,338 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package modules
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"k8s.io/klog/v2"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/distro"
+	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+)
+
+// Reasons of the modules check, most severe first (they become the
+// IPVSModulesMissing condition's reason).
+const (
+	// ReasonModuleNotInKernel: a needed module is not shipped by the running kernel.
+	ReasonModuleNotInKernel = "ModuleNotInKernel"
+	// ReasonModulesNotLoaded: a needed module the kernel ships is not loaded.
+	ReasonModulesNotLoaded = "ModulesNotLoaded"
+	// ReasonModulesNotPersisted: a needed module is not declared for boot.
+	ReasonModulesNotPersisted = "ModulesNotPersisted"
+	// ReasonStaleModuleDeclaration: a boot declaration names a module the kernel lacks.
+	ReasonStaleModuleDeclaration = "StaleModuleDeclaration"
+	// ReasonModulesReady: every needed module is loaded and declared.
+	ReasonModulesReady = "ModulesLoadedAndDeclared"
+)
+
+// Config configures the modules check.
+type Config struct {
+	// Root is the host root every path is read (and written) under.
+	Root hostfs.Root
+	// Scheduler is kube-proxy's IPVS scheduler; empty means DefaultScheduler.
+	Scheduler string
+	// Remediate makes Run write the declaration file and load missing
+	// modules before it observes again. Off, Run changes nothing.
+	Remediate bool
+	// DeclarationFile is the modules-load.d file ipvs-guard owns (a host
+	// path, resolved under Root); empty means DefaultDeclarationFile.
+	DeclarationFile string
+	// Loader loads modules when Remediate is set; nil means a NativeLoader
+	// for Root, built at the first load (it refuses a Root whose kernel
+	// release is not the running kernel's).
+	Loader Loader
+	// Distro words the remediation; empty means distro.Detect(Root).
+	Distro distro.Distro
+}
+
+// Checker is the modules check (check name "modules").
+type Checker struct {
+	cfg Config
+}
+
+var _ check.Checker = (*Checker)(nil)
+
+// NewChecker returns the modules check for cfg.
+func NewChecker(cfg Config) *Checker {
+	if cfg.DeclarationFile == "" {
+		cfg.DeclarationFile = DefaultDeclarationFile
+	}
+	if cfg.Scheduler == "" {
+		cfg.Scheduler = DefaultScheduler
+	}
+	return &Checker{cfg: cfg}
+}
+
+// Name implements check.Checker.
+func (c *Checker) Name() string { return check.NameModules }
+
+// Run implements check.Checker. It observes; with Remediate it then
+// merge-writes the declaration file, loads what is missing and observes
+// again, so the result describes the state after the fix, with what changed
+// in Actions and anything that failed in the message. The error is non-nil
+// only when the state could not be read at all.
+func (c *Checker) Run(ctx context.Context) (check.Result, error) {
+	log := klog.FromContext(ctx).WithValues("check", check.NameModules)
+	rel, err := c.cfg.Root.KernelRelease()
+	if err != nil {
+		return check.Result{}, err
+	}
+	ix, err := ReadIndex(c.cfg.Root, rel)
+	if err != nil {
+		return check.Result{}, err
+	}
+	obs, err := observeWith(c.cfg.Root, c.cfg.Scheduler, ix)
+	if err != nil {
+		return check.Result{}, err
+	}
+	var actions []string
+	var failures []string
+	if c.cfg.Remediate {
+		actions, failures = c.remediate(klog.NewContext(ctx, log), obs)
+		if obs, err = observeWith(c.cfg.Root, c.cfg.Scheduler, ix); err != nil {
+			return check.Result{}, err
+		}
+	}
+	res := c.result(obs)
+	res.Actions = actions
+	if len(failures) > 0 {
+		res.Message += " Remediation failed: " + strings.Join(failures, "; ") + "."
+		if res.Status == check.StatusOK {
+			// Everything is fine now, yet something could not be done: say so.
+			res.Status = check.StatusError
+			res.Reason = "RemediationFailed"
+		}
+	}
+	return res, nil
+}
+
+// ownedMerge computes the owned declaration file's new content.
+func (c *Checker) ownedMerge(obs *Observation) (existing []byte, m MergeResult, err error) {
+	path := c.cfg.Root.Path(c.cfg.DeclarationFile)
+	existing, err = os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, MergeResult{}, fmt.Errorf("reading %s: %w", path, err)
+	}
+	var want []string
+	for _, f := range obs.Findings {
+		if f.wanted && !f.Builtin && (f.Available || obs.Index.DepMissing) {
+			want = append(want, f.Module)
+		}
+	}
+	stale := map[string]string{}
+	for _, f := range obs.Findings {
+		if f.Stale && contains(f.DeclaredIn, c.cfg.DeclarationFile) {
+			stale[f.Module] = "not in kernel " + obs.Release
+		}
+	}
+	return existing, MergeDeclarations(existing, want, stale), nil
+}
+
+func (c *Checker) remediate(ctx context.Context, obs *Observation) (actions, failures []string) {
+	log := klog.FromContext(ctx)
+	path := c.cfg.Root.Path(c.cfg.DeclarationFile)
+	if _, m, err := c.ownedMerge(obs); err != nil {
+		failures = append(failures, err.Error())
+	} else if m.Changed {
+		if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			target, _ := os.Readlink(path)
+			failures = append(failures, fmt.Sprintf("did not write %s: it is a symbolic link to %s (a link to /dev/null masks it); ipvs-guard writes only a regular file it owns", c.cfg.DeclarationFile, target))
+		} else if err := WriteFileAtomic(path, m.Content, 0o644); err != nil {
+			failures = append(failures, fmt.Sprintf("could not write %s: %v", c.cfg.DeclarationFile, rootCause(err)))
+			log.Error(err, "Writing the module declaration file failed")
+		} else {
+			var what []string
+			if len(m.Added) > 0 {
+				what = append(what, "declared "+strings.Join(m.Added, ", "))
+			}
+			if len(m.CommentedOut) > 0 {
+				what = append(what, "commented out "+strings.Join(m.CommentedOut, ", ")+" (not in kernel "+obs.Release+")")
+			}
+			actions = append(actions, fmt.Sprintf("wrote %s: %s", c.cfg.DeclarationFile, strings.Join(what, "; ")))
+			log.Info("Wrote module declaration file", "file", c.cfg.DeclarationFile, "added", m.Added, "commentedOut", m.CommentedOut)
+		}
+	}
+	var toLoad []string
+	for _, f := range obs.Findings {
+		if f.wanted && !f.Loaded && (f.Available || obs.Index.DepMissing) {
+			toLoad = append(toLoad, f.Module)
+		}
+	}
+	if len(toLoad) == 0 {
+		return actions, failures
+	}
+	loader := c.cfg.Loader
+	if loader == nil {
+		nl, err := nativeLoaderFor(c.cfg.Root, obs.Index)
+		if err != nil {
+			failures = append(failures, fmt.Sprintf("did not load %s: %v", strings.Join(toLoad, ", "), err))
+			return actions, failures
+		}
+		loader = nl
+	}
+	inserted, err := loader.Load(ctx, toLoad)
+	if len(inserted) > 0 {
+		actions = append(actions, "loaded "+strings.Join(inserted, ", "))
+		log.Info("Loaded kernel modules", "module", inserted)
+	}
+	if err != nil {
+		failures = append(failures, strings.ReplaceAll(err.Error(), "\n", "; "))
+		log.Error(err, "Loading kernel modules failed")
+	}
+	return actions, failures
+}
+
+// result turns an observation into the check result.
+func (c *Checker) result(obs *Observation) check.Result {
+	res := check.Result{Name: check.NameModules}
+	for _, f := range obs.Findings {
+		res.Findings = append(res.Findings, f)
+	}
+	p := obs.problems()
+	var msgs []string
+	if len(p.notInKernel) > 0 {
+		res.Reason = ReasonModuleNotInKernel
+		msgs = append(msgs, fmt.Sprintf("%s %s not available for kernel %s (not in modules.dep or modules.builtin).", describe(p.notInKernel), isAre(p.notInKernel), obs.Release))
+	}
+	if len(p.notLoaded) > 0 {
+		if res.Reason == "" {
+			res.Reason = ReasonModulesNotLoaded
+		}
+		m := fmt.Sprintf("%s %s not loaded: kube-proxy cannot run in IPVS mode without %s.", describe(p.notLoaded), isAre(p.notLoaded), itThem(p.notLoaded))
+		if p.availabilityUnknown {
+			m += fmt.Sprintf(" Whether kernel %s ships %s is unknown: %s is missing (mount the host's /lib/modules).", obs.Release, itThem(p.notLoaded), obs.Index.Dir+"/modules.dep")
+		}
+		msgs = append(msgs, m)
+	}
+	if len(p.notPersisted) > 0 {
+		if res.Reason == "" {
+			res.Reason = ReasonModulesNotPersisted
+		}
+		msgs = append(msgs, fmt.Sprintf("%s %s not declared for boot in any modules-load.d *.conf file or /etc/modules: a reboot loses %s.", describe(p.notPersisted), isAre(p.notPersisted), itThem(p.notPersisted)))
+	}
+	for _, f := range p.stale {
+		if res.Reason == "" {
+			res.Reason = ReasonStaleModuleDeclaration
+		}
+		msgs = append(msgs, fmt.Sprintf("Stale declaration: %s is declared in %s but kernel %s does not have it (systemd-modules-load fails on it).", f.Module, describe(f.DeclaredIn), obs.Release))
+	}
+	if res.Reason == "" {
+		res.Status = check.StatusOK
+		res.Reason = ReasonModulesReady
+		res.Message = fmt.Sprintf("%s are loaded and declared for boot (kernel %s).", describe(obs.Desired), obs.Release)
+		return res
+	}
+	res.Status = check.StatusProblem
+	res.Message = strings.Join(msgs, " ")
+	res.Remediation = c.remediation(obs, p)
+	return res
+}
+
+func itThem(names []string) string {
+	if len(names) == 1 {
+		return "it"
+	}
+	return "them"
+}
+
+// remediation words the exact fix.
+func (c *Checker) remediation(obs *Observation, p problems) []string {
+	var out []string
+	d := c.cfg.Distro
+	if d == "" {
+		d = distro.Detect(c.cfg.Root)
+	}
+	if len(p.notInKernel) > 0 {
+		var shipped []string
+		for _, n := range obs.Index.Names() {
+			if s, ok := strings.CutPrefix(n, "ip_vs_"); ok && isScheduler(s) {
+				shipped = append(shipped, s)
+			}
+		}
+		for n := range obs.Index.Builtin {
+			if s, ok := strings.CutPrefix(n, "ip_vs_"); ok && isScheduler(s) && !contains(shipped, s) {
+				shipped = append(shipped, s)
+			}
+		}
+		sort.Strings(shipped)
+		var scheds, others []string
+		for _, m := range p.notInKernel {
+			if m == SchedulerModule(c.cfg.Scheduler) && !contains(baseModules, m) {
+				scheds = append(scheds, m)
+			} else {
+				others = append(others, m)
+			}
+		}
+		var line string
+		if len(others) > 0 {
+			line = fmt.Sprintf("Kernel %s does not ship %s: install the kernel's extra modules package (e.g. Ubuntu linux-modules-extra-%s) or boot a kernel with CONFIG_IP_VS", obs.Release, describe(p.notInKernel), obs.Release)
+		} else {
+			line = fmt.Sprintf("Kernel %s has no IPVS scheduler %q (%s)", obs.Release, strings.TrimPrefix(scheds[0], "ip_vs_"), scheds[0])
+		}
+		if len(shipped) > 0 {
+			line += fmt.Sprintf("; set kube-proxy's IPVS scheduler to one this kernel ships: %s", strings.Join(shipped, ", "))
+		}
+		out = append(out, line+".")
+	}
+	_, m, err := c.ownedMerge(obs)
+	if err == nil && m.Changed {
+		out = append(out, fmt.Sprintf("Declare the modules for boot on every node: %s must read (ipvs-guard diagnose --fix writes it, keeping every other line):\n%s", c.cfg.DeclarationFile, strings.TrimRight(strings.ReplaceAll(string(m.Content), "\r", ""), "\n")))
+	}
+	if len(p.notLoaded) > 0 {
+		out = append(out, fmt.Sprintf("Load them now, as root on the node: ipvs-guard diagnose --fix (or by hand: modprobe -a %s).", strings.Join(p.notLoaded, " ")))
+	}
+	for _, f := range p.stale {
+		for _, file := range f.DeclaredIn {
+			if file != c.cfg.DeclarationFile {
+				out = append(out, fmt.Sprintf("Remove or comment out %s in %s: kernel %s does not have it (ipvs-guard leaves files it does not own to their owner).", f.Module, file, obs.Release))
+			}
+		}
+	}
+	if len(p.notLoaded) > 0 || len(p.notPersisted) > 0 {
+		out = append(out, distroModuleHint(d))
+	}
+	return out
+}
+
+// isScheduler reports whether an ip_vs_<s> module is a scheduler (not a
+// protocol helper or persistence engine).
+func isScheduler(s string) bool {
+	switch s {
+	case "ftp", "pe_sip":
+		return false
+	}
+	return !strings.HasPrefix(s, "pe_")
+}
+
+// distroModuleHint says where the module fix goes on each distribution.
+func distroModuleHint(d distro.Distro) string {
+	switch d {
+	case distro.RKE2:
+		return "RKE2: kube-proxy runs as a static pod whose image has no modprobe and no /lib/modules mount, so it cannot load modules itself: put the file on every node (servers and agents), load the modules on the host, then restart kube-proxy (systemctl restart rke2-server, or rke2-agent on agents)."
+	case distro.RKE1:
+		return "RKE1: the kube-proxy container has no modprobe, so it cannot load modules itself: put the file on every node's host, load the modules there, then restart kube-proxy (docker restart kube-proxy)."
+	case distro.Kubeadm:
+		return "kubeadm: put the file on every node (before kubeadm init/join on new ones) and load the modules on the host, then restart kube-proxy: kubectl -n kube-system rollout restart daemonset kube-proxy."
+	}
+	return "Put the file on every node that runs kube-proxy and load the modules on the host (kube-proxy images usually lack modprobe), then restart kube-proxy."
+}
+
+// rootCause drops path decoration (temporary file names) from a file error.
+func rootCause(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return le.Err
+	}
+	return err
+}

@@ -1,0 +1,172 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package modules
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// ModprobeConfig is what kmod reads from modprobe.d and from depmod's text
+// indexes (modules.alias and modules.softdep share the modprobe.d syntax).
+// Install and remove commands are never run and therefore not kept.
+type ModprobeConfig struct {
+	// Aliases map wildcard patterns to module names, in file order.
+	Aliases []Alias
+	// Options are module parameters per module name (several lines are joined with spaces).
+	Options map[string]string
+	// Softdeps are soft dependencies per module name.
+	Softdeps map[string]Softdep
+	// Blacklist names modules whose aliases must not load them.
+	Blacklist map[string]bool
+	// Install holds the install command per module. It is never run: a
+	// module with one is not loaded (the administrator replaced its loading
+	// with a command, often /bin/false to forbid it).
+	Install map[string]string
+}
+
+func newModprobeConfig() *ModprobeConfig {
+	return &ModprobeConfig{Options: map[string]string{}, Softdeps: map[string]Softdep{}, Blacklist: map[string]bool{}, Install: map[string]string{}}
+}
+
+// merge appends o's entries after c's (earlier files win for aliases, as
+// kmod tries them in order).
+func (c *ModprobeConfig) merge(o *ModprobeConfig) {
+	c.Aliases = append(c.Aliases, o.Aliases...)
+	for k, v := range o.Options {
+		if c.Options[k] != "" {
+			c.Options[k] += " " + v
+		} else {
+			c.Options[k] = v
+		}
+	}
+	for k, v := range o.Softdeps {
+		s := c.Softdeps[k]
+		s.Pre = append(s.Pre, v.Pre...)
+		s.Post = append(s.Post, v.Post...)
+		c.Softdeps[k] = s
+	}
+	for k := range o.Blacklist {
+		c.Blacklist[k] = true
+	}
+	for k, v := range o.Install {
+		if _, ok := c.Install[k]; !ok { // the first install command wins, as in kmod
+			c.Install[k] = v
+		}
+	}
+}
+
+// ParseModprobeConfig parses modprobe.d syntax: one command per line
+// (backslash continues a line), '#' starts a comment line:
+//
+//	alias <wildcard> <module>
+//	options <module> <param=value …>
+//	softdep <module> pre: <m …> post: <m …>
+//	blacklist <module>
+//	install <module> <command …>   (kept, never run)
+//	remove <module> <command …>    (ignored)
+//
+// Unknown commands are skipped as kmod skips them; a known command with too
+// few arguments is an error naming the line.
+func ParseModprobeConfig(r io.Reader) (*ModprobeConfig, error) {
+	c := newModprobeConfig()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64*1024), 4*1024*1024)
+	n, start := 0, 0
+	var pending strings.Builder
+	for sc.Scan() {
+		n++
+		raw := sc.Text()
+		if pending.Len() == 0 {
+			start = n
+		}
+		if strings.HasSuffix(raw, "\\") {
+			pending.WriteString(strings.TrimSuffix(raw, "\\"))
+			pending.WriteByte(' ')
+			continue
+		}
+		pending.WriteString(raw)
+		line := strings.TrimSpace(pending.String())
+		pending.Reset()
+		if err := c.parseLine(line); err != nil {
+			return nil, fmt.Errorf("line %d: %w", start, err)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("line %d: %w", n+1, err)
+	}
+	if pending.Len() > 0 {
+		if err := c.parseLine(strings.TrimSpace(pending.String())); err != nil {
+			return nil, fmt.Errorf("line %d: %w", start, err)
+		}
+	}
+	return c, nil
+}
+
+func (c *ModprobeConfig) parseLine(line string) error {
+	if line == "" || strings.HasPrefix(line, "#") {
+		return nil
+	}
+	f := strings.Fields(line)
+	switch f[0] {
+	case "alias":
+		if len(f) < 3 {
+			return fmt.Errorf("alias needs a pattern and a module: %q", line)
+		}
+		name := Normalize(f[2])
+		if !validModuleName(name) {
+			return fmt.Errorf("alias %s: invalid module name %q", f[1], f[2])
+		}
+		c.Aliases = append(c.Aliases, Alias{Pattern: normalizeAlias(f[1]), Module: name})
+	case "options":
+		if len(f) < 2 {
+			return fmt.Errorf("options needs a module: %q", line)
+		}
+		name := Normalize(f[1])
+		if len(f) > 2 {
+			v := strings.Join(f[2:], " ")
+			if c.Options[name] != "" {
+				v = c.Options[name] + " " + v
+			}
+			c.Options[name] = v
+		}
+	case "blacklist":
+		if len(f) < 2 {
+			return fmt.Errorf("blacklist needs a module: %q", line)
+		}
+		c.Blacklist[Normalize(f[1])] = true
+	case "install":
+		if len(f) < 3 {
+			return fmt.Errorf("install needs a module and a command: %q", line)
+		}
+		name := Normalize(f[1])
+		if _, ok := c.Install[name]; !ok {
+			c.Install[name] = strings.Join(f[2:], " ")
+		}
+	case "softdep":
+		if len(f) < 2 {
+			return fmt.Errorf("softdep needs a module: %q", line)
+		}
+		name := Normalize(f[1])
+		s := c.Softdeps[name]
+		mode := ""
+		for _, tok := range f[2:] {
+			switch tok {
+			case "pre:", "post:":
+				mode = tok
+			default:
+				// Names before any pre:/post: are ignored, as kmod ignores them.
+				switch mode {
+				case "pre:":
+					s.Pre = append(s.Pre, Normalize(tok))
+				case "post:":
+					s.Post = append(s.Post, Normalize(tok))
+				}
+			}
+		}
+		c.Softdeps[name] = s
+	}
+	return nil
+}

@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package modules
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+)
+
+// Finding is the state of one module. Its JSON form is the module finding
+// of the diagnose report (DESIGN §8).
+type Finding struct {
+	// Module is the module name.
+	Module string `json:"module"`
+	// Loaded: in /proc/modules, built in, or present in /sys/module.
+	Loaded bool `json:"loaded"`
+	// Builtin: compiled into the kernel (modules.builtin).
+	Builtin bool `json:"builtin"`
+	// Available: the kernel ships it (modules.dep or modules.builtin).
+	Available bool `json:"available"`
+	// Declared: named in a modules-load.d *.conf file or /etc/modules.
+	Declared bool `json:"declared"`
+	// Stale: declared for boot but absent from this kernel.
+	Stale bool `json:"stale"`
+	// DeclaredIn lists the files (host paths) that declare it.
+	DeclaredIn []string `json:"declared_in,omitempty"`
+
+	release string
+	wanted  bool
+	unknown bool // modules.dep missing: availability unknown
+}
+
+// String renders the finding as one line, e.g.
+// "ip_vs_rr: loaded, available, declared in /etc/modules-load.d/ipvs.conf".
+func (f Finding) String() string {
+	if !f.wanted {
+		// A stale declaration of a module IPVS mode does not need here.
+		return fmt.Sprintf("%s: not in kernel %s, STALE declaration in %s (not needed by IPVS mode on this kernel)", f.Module, f.release, strings.Join(f.DeclaredIn, ", "))
+	}
+	var parts []string
+	switch {
+	case f.Builtin:
+		parts = append(parts, "built in")
+	case f.Loaded:
+		parts = append(parts, "loaded")
+	default:
+		parts = append(parts, "NOT LOADED")
+	}
+	switch {
+	case f.Builtin:
+	case f.Available:
+		parts = append(parts, "available")
+	case f.unknown:
+		parts = append(parts, "availability unknown (no modules.dep)")
+	case f.release != "":
+		parts = append(parts, "NOT IN KERNEL "+f.release)
+	default:
+		parts = append(parts, "NOT IN KERNEL")
+	}
+	switch {
+	case f.Stale:
+		parts = append(parts, "STALE declaration in "+strings.Join(f.DeclaredIn, ", "))
+	case f.Declared:
+		parts = append(parts, "declared in "+strings.Join(f.DeclaredIn, ", "))
+	case f.Builtin || !f.Available:
+	default:
+		parts = append(parts, "NOT DECLARED for boot")
+	}
+	return f.Module + ": " + strings.Join(parts, ", ")
+}
+
+// Observation is everything the modules check saw on the node.
+type Observation struct {
+	// Release is the kernel release of the root.
+	Release string
+	// Desired are the modules IPVS mode needs, in load order.
+	Desired []string
+	// Findings has one entry per desired module (in Desired order), then
+	// one per stale IPVS-related declaration of a module not desired.
+	Findings []Finding
+	// Index is the kernel's module index.
+	Index *Index
+	// Declarations are every boot declaration found.
+	Declarations []Declaration
+}
+
+// Observe reads the module state of the node at root for the given IPVS
+// scheduler (empty means DefaultScheduler). It changes nothing. Errors are
+// infrastructure failures: an unreadable or garbled /proc/modules,
+// modules.dep or declaration file, or no kernel release.
+func Observe(root hostfs.Root, scheduler string) (*Observation, error) {
+	rel, err := root.KernelRelease()
+	if err != nil {
+		return nil, err
+	}
+	ix, err := ReadIndex(root, rel)
+	if err != nil {
+		return nil, err
+	}
+	return observeWith(root, scheduler, ix)
+}
+
+// observeWith is Observe over an index already read (the kernel's module
+// files do not change between the observations of one check run).
+func observeWith(root hostfs.Root, scheduler string, ix *Index) (*Observation, error) {
+	rel := ix.Release
+	proc, err := ReadProcModules(root.Path("/proc/modules"))
+	if err != nil {
+		return nil, err
+	}
+	loaded := map[string]bool{}
+	for _, m := range proc {
+		if m.State != "Unloading" {
+			loaded[m.Name] = true
+		}
+	}
+	decls, err := ScanDeclarations(root)
+	if err != nil {
+		return nil, err
+	}
+	declaredIn := map[string][]string{}
+	for _, d := range decls {
+		if !contains(declaredIn[d.Module], d.File) {
+			declaredIn[d.Module] = append(declaredIn[d.Module], d.File)
+		}
+	}
+	inSys := func(name string) bool {
+		if !validModuleName(name) || name == "." || name == ".." {
+			return false
+		}
+		_, err := os.Stat(root.Path("/sys/module", name))
+		return err == nil
+	}
+	// Without modules.dep the kernel's shipped set is unknown: decide the
+	// conntrack module from what is loaded instead.
+	var shipper Shipper = ix
+	if ix.DepMissing {
+		shipper = shipFunc(func(n string) bool { return ix.Ships(n) || loaded[n] || inSys(n) })
+	}
+	o := &Observation{Release: rel, Desired: Desired(scheduler, shipper), Index: ix, Declarations: decls}
+	mk := func(name string, wanted bool) Finding {
+		f := Finding{Module: name, Builtin: ix.IsBuiltin(name), DeclaredIn: declaredIn[name], release: rel, wanted: wanted, unknown: ix.DepMissing}
+		f.Loaded = loaded[name] || f.Builtin || inSys(name)
+		f.Available = ix.Ships(name) || (ix.DepMissing && f.Loaded)
+		f.Declared = len(f.DeclaredIn) > 0
+		f.Stale = f.Declared && !f.Available && !f.Loaded && !ix.DepMissing
+		return f
+	}
+	for _, m := range o.Desired {
+		o.Findings = append(o.Findings, mk(m, true))
+	}
+	var extra []string
+	for m := range declaredIn {
+		if !contains(o.Desired, m) && isIPVSRelated(m) {
+			if f := mk(m, false); f.Stale {
+				extra = append(extra, m)
+			}
+		}
+	}
+	sort.Strings(extra)
+	for _, m := range extra {
+		o.Findings = append(o.Findings, mk(m, false))
+	}
+	return o, nil
+}
+
+type shipFunc func(string) bool
+
+func (s shipFunc) Ships(n string) bool { return s(n) }
+
+// problems groups the observation's findings by problem kind.
+type problems struct {
+	notInKernel, notLoaded, notPersisted []string
+	stale                                []Finding
+	availabilityUnknown                  bool
+}
+
+func (o *Observation) problems() problems {
+	var p problems
+	p.availabilityUnknown = o.Index.DepMissing
+	for _, f := range o.Findings {
+		if f.wanted {
+			switch {
+			case !f.Loaded && !f.Available && !o.Index.DepMissing:
+				p.notInKernel = append(p.notInKernel, f.Module)
+			case !f.Loaded:
+				p.notLoaded = append(p.notLoaded, f.Module)
+			}
+			if !f.Declared && !f.Builtin && (f.Available || o.Index.DepMissing) {
+				p.notPersisted = append(p.notPersisted, f.Module)
+			}
+		}
+		if f.Stale {
+			p.stale = append(p.stale, f)
+		}
+	}
+	return p
+}
+
+// describe renders "a", "a and b", "a, b and c".
+func describe(names []string) string {
+	switch len(names) {
+	case 0:
+		return ""
+	case 1:
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
+func isAre(names []string) string {
+	if len(names) == 1 {
+		return "is"
+	}
+	return "are"
+}
