@@ -130,7 +130,7 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 		ResyncPeriod:        opts.resyncPeriod,
 		InitialPublishDelay: opts.initialDelay,
 		ModulesLoadDirs:     dirs,
-		WatchUevents:        !opts.noUevents && root.IsHost(),
+		WatchUevents:        !opts.noUevents, // hostNetwork: the host's uevents, whatever --root is
 		MACs:                agent.HostMACs,
 	})
 	if err != nil {
