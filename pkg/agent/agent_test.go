@@ -1,0 +1,246 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
+)
+
+// scriptedCheck returns the results (and errors) it is given, in order,
+// repeating the last one.
+type scriptedCheck struct {
+	name string
+	mu   sync.Mutex
+	seq  []scripted
+	runs atomic.Int64
+}
+
+type scripted struct {
+	status check.Status
+	err    error
+}
+
+func (s *scriptedCheck) Name() string { return s.name }
+
+func (s *scriptedCheck) Run(context.Context) (check.Result, error) {
+	n := s.runs.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.seq[min(int(n)-1, len(s.seq)-1)]
+	return check.Result{Name: s.name, Status: st.status, Reason: "R" + string(st.status), Message: s.name + " " + string(st.status) + "."}, st.err
+}
+
+// recordingPublisher records what the agent hands the status publisher.
+type recordingPublisher struct {
+	mu          sync.Mutex
+	conds       [][]nodestatus.Condition
+	annotations map[string]string
+}
+
+func (r *recordingPublisher) SetConditions(c []nodestatus.Condition) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.conds = append(r.conds, c)
+}
+
+func (r *recordingPublisher) SetAnnotation(k, v string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.annotations == nil {
+		r.annotations = map[string]string{}
+	}
+	r.annotations[k] = v
+}
+
+func (r *recordingPublisher) last() []nodestatus.Condition {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.conds) == 0 {
+		return nil
+	}
+	return r.conds[len(r.conds)-1]
+}
+
+func (r *recordingPublisher) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.conds)
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func startLoop(t *testing.T, cfg Config) *Agent {
+	t.Helper()
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = a.Run(ctx); close(done) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Error("Run did not return after cancel")
+		}
+	})
+	return a
+}
+
+func TestLoopPublishesAfterFirstPassAndResyncs(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	mods := &scriptedCheck{name: check.NameModules, seq: []scripted{{status: check.StatusOK}, {status: check.StatusProblem}}}
+	arp := &scriptedCheck{name: check.NameARP, seq: []scripted{{status: check.StatusSkipped}}}
+	pub := &recordingPublisher{}
+	a := startLoop(t, Config{NodeName: "n", Checkers: []check.Checker{mods, arp}, Publisher: pub, Clock: clk,
+		ResyncPeriod: time.Minute, MACs: func() (map[string]string, error) { return map[string]string{"eth0": "02:00:00:00:00:01"}, nil }})
+
+	waitUntil(t, "first publish", func() bool { return pub.count() > 0 })
+	want := []nodestatus.Condition{
+		{Type: nodestatus.IPVSModulesMissing, Status: nodestatus.StatusFalse, Reason: "Rok", Message: "modules ok."},
+		{Type: nodestatus.LoadBalancerARPFailing, Status: nodestatus.StatusFalse, Reason: "Rskipped", Message: "Nothing to check: arp skipped."},
+	}
+	if diff := cmp.Diff(want, pub.last()); diff != "" {
+		t.Errorf("first conditions (-want +got):\n%s", diff)
+	}
+	if !a.Ready() {
+		t.Error("not Ready after the first pass")
+	}
+	waitUntil(t, "MAC annotation", func() bool {
+		pub.mu.Lock()
+		defer pub.mu.Unlock()
+		return pub.annotations[MACsAnnotation] == `{"eth0":"02:00:00:00:00:01"}`
+	})
+
+	// Nothing runs again until the resync ticker fires.
+	time.Sleep(20 * time.Millisecond)
+	if n := mods.runs.Load(); n != 1 {
+		t.Fatalf("modules ran %d times before any resync", n)
+	}
+	waitUntil(t, "resync ticker", clk.HasWaiters)
+	clk.Step(time.Minute)
+	waitUntil(t, "second run", func() bool { return mods.runs.Load() == 2 && arp.runs.Load() == 2 })
+	waitUntil(t, "problem published", func() bool {
+		l := pub.last()
+		return len(l) > 0 && l[0].Status == nodestatus.StatusTrue
+	})
+	if st := a.Store().States(); st[0].Runs != 2 || st[0].Result.Status != check.StatusProblem {
+		t.Errorf("store = %+v", st[0])
+	}
+}
+
+func TestLoopRequeuesInfrastructureErrorsWithBackoff(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	boom := errors.New("netlink: operation not permitted")
+	c := &scriptedCheck{name: check.NameIPVS, seq: []scripted{{status: check.StatusOK, err: boom}, {status: check.StatusOK}}}
+	pub := &recordingPublisher{}
+	a := startLoop(t, Config{NodeName: "n", Checkers: []check.Checker{c}, Publisher: pub, Clock: clk, ResyncPeriod: time.Hour})
+	waitUntil(t, "first run", func() bool { return c.runs.Load() == 1 })
+	waitUntil(t, "Unknown published", func() bool {
+		l := pub.last()
+		return len(l) == 1 && l[0].Status == nodestatus.StatusUnknown && l[0].Reason == "CheckFailed"
+	})
+	if st := a.Store().States()[0]; st.Errors != 1 || st.LastError != boom.Error() {
+		t.Errorf("store after error = %+v", st)
+	}
+	// The retry waits for the rate limiter's backoff (500 ms), not for the hourly resync.
+	time.Sleep(20 * time.Millisecond)
+	if c.runs.Load() != 1 {
+		t.Fatal("retried without backoff")
+	}
+	clk.Step(500 * time.Millisecond)
+	waitUntil(t, "retry after backoff", func() bool { return c.runs.Load() == 2 })
+	waitUntil(t, "False published", func() bool {
+		l := pub.last()
+		return len(l) == 1 && l[0].Status == nodestatus.StatusFalse
+	})
+}
+
+func TestLoopWakesOnModulesLoadDirChange(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(t.TempDir(), "not-yet")
+	c := &scriptedCheck{name: check.NameModules, seq: []scripted{{status: check.StatusOK}}}
+	startLoop(t, Config{NodeName: "n", Checkers: []check.Checker{c}, ResyncPeriod: time.Hour, ModulesLoadDirs: []string{missing, dir}})
+	waitUntil(t, "first run", func() bool { return c.runs.Load() == 1 })
+	time.Sleep(50 * time.Millisecond) // the watch is added before the first run is queued; settle anyway
+	if err := os.WriteFile(filepath.Join(dir, "ipvs.conf"), []byte("ip_vs\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "run after the file write", func() bool { return c.runs.Load() >= 2 })
+}
+
+func TestInitialPublishDelay(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	block := make(chan struct{})
+	slow := check.Func{CheckName: check.NameARP, Fn: func(ctx context.Context) (check.Result, error) {
+		select {
+		case <-block:
+		case <-ctx.Done():
+		}
+		return check.Result{Status: check.StatusOK}, nil
+	}}
+	t.Cleanup(func() { close(block) })
+	fast := &scriptedCheck{name: check.NameModules, seq: []scripted{{status: check.StatusProblem}}}
+	pub := &recordingPublisher{}
+	startLoop(t, Config{NodeName: "n", Checkers: []check.Checker{fast, slow}, Publisher: pub, Clock: clk,
+		ResyncPeriod: time.Hour, InitialPublishDelay: 10 * time.Second})
+	// modules is queued first and runs; arp then blocks the single worker.
+	waitUntil(t, "modules ran", func() bool { return fast.runs.Load() == 1 })
+	time.Sleep(20 * time.Millisecond)
+	if pub.count() != 0 {
+		t.Fatal("published before every check ran and before the delay")
+	}
+	waitUntil(t, "timers", clk.HasWaiters)
+	clk.Step(10 * time.Second)
+	waitUntil(t, "forced publish", func() bool { return pub.count() > 0 })
+	want := []nodestatus.Condition{
+		{Type: nodestatus.IPVSModulesMissing, Status: nodestatus.StatusTrue, Reason: "Rproblem", Message: "modules problem."},
+		{Type: nodestatus.LoadBalancerARPFailing, Status: nodestatus.StatusUnknown, Reason: nodestatus.ReasonNotYetChecked, Message: "ipvs-guard has not finished checking arp yet."},
+	}
+	if diff := cmp.Diff(want, pub.last()); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	c := &scriptedCheck{name: check.NameModules}
+	tests := []struct {
+		name string
+		cfg  Config
+	}{
+		{"no node", Config{Checkers: []check.Checker{c}}},
+		{"duplicate check", Config{NodeName: "n", Checkers: []check.Checker{c, c}}},
+		{"reserved name", Config{NodeName: "n", Checkers: []check.Checker{check.Func{CheckName: string(KeyNode)}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := New(tt.cfg); err == nil {
+				t.Error("New accepted it")
+			}
+		})
+	}
+}

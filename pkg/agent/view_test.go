@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+)
+
+func lbService(ns, name string, ips ...string) *corev1.Service {
+	s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer}}
+	for _, ip := range ips {
+		s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+	}
+	return s
+}
+
+func node(name string, ready bool, macs string) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{}}}
+	if macs != "" {
+		n.Annotations[MACsAnnotation] = macs
+	}
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st}}
+	n.Status.Images = []corev1.ContainerImage{{Names: []string{"big"}}}
+	return n
+}
+
+func TestClusterView(t *testing.T) {
+	cs := fake.NewClientset(
+		lbService("default", "web", "192.0.2.20", "192.0.2.3", "not-an-ip"),
+		lbService("other", "dns", "192.0.2.10"),
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kubernetes"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP}},
+		node("a", true, `{"eth0":"02:00:00:00:00:0a"}`),
+		node("b", true, `{"eth0":"02:00:00:00:00:0b","eth1":"02:00:00:00:01:0b"}`),
+		node("c", false, `not json`),
+	)
+	v := NewClusterView("a", cs, nil)
+	if _, err := v.LoadBalancerIngresses(); !errors.Is(err, ErrNotSynced) {
+		t.Errorf("before sync: %v, want ErrNotSynced", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	v.factory.Start(ctx.Done())
+	defer v.factory.Shutdown() // after cancel: Shutdown waits for the informers to stop
+	defer cancel()
+	if !cache.WaitForCacheSync(ctx.Done(), v.HasSynced) {
+		t.Fatal("caches did not sync")
+	}
+	ings, err := v.LoadBalancerIngresses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, in := range ings {
+		got = append(got, in.IP.String()+" "+in.Service.String())
+	}
+	if diff := cmp.Diff([]string{"192.0.2.3 default/web", "192.0.2.10 other/dns", "192.0.2.20 default/web"}, got); diff != "" {
+		t.Errorf("ingresses (-want +got):\n%s", diff)
+	}
+	ready, _ := v.ReadyNodes()
+	if diff := cmp.Diff([]string{"a", "b"}, ready); diff != "" {
+		t.Errorf("ready (-want +got):\n%s", diff)
+	}
+	mac, _ := net.ParseMAC("02:00:00:00:01:0B")
+	if n, ifc, ok := v.NodeForMAC(mac); !ok || n != "b" || ifc != "eth1" {
+		t.Errorf("NodeForMAC = %q %q %v", n, ifc, ok)
+	}
+	unknown, _ := net.ParseMAC("02:00:00:00:00:ff")
+	if _, _, ok := v.NodeForMAC(unknown); ok {
+		t.Error("unknown MAC attributed to a node")
+	}
+	if got := v.NodeMACs("b"); len(got) != 2 || got[0].String() != "02:00:00:00:00:0b" {
+		t.Errorf("NodeMACs(b) = %v", got)
+	}
+	own, err := v.Node()
+	if err != nil || own.Name != "a" || own.Status.Images != nil {
+		t.Errorf("own node = %+v, %v (images must be stripped)", own, err)
+	}
+}
+
+func TestMACsRoundTrip(t *testing.T) {
+	enc := EncodeMACs(map[string]string{"eth1": "02:00:00:00:00:0B", "eth0": "02:00:00:00:00:0a"})
+	if enc != `{"eth0":"02:00:00:00:00:0a","eth1":"02:00:00:00:00:0b"}` {
+		t.Errorf("EncodeMACs = %s", enc)
+	}
+	if _, err := DecodeMACs("{"); err == nil {
+		t.Error("DecodeMACs accepted malformed input")
+	}
+}
