@@ -3,6 +3,7 @@
 package apiservertest
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
@@ -34,8 +35,9 @@ import (
 // KubeVersion is the kube-apiserver version hack/apiserver/install.sh builds.
 const KubeVersion = "v1.37.1"
 
-// ServiceCIDR is the Service cluster IP range the API server allocates from.
-const ServiceCIDR = "10.96.0.0/24"
+// ServiceCIDR is the default Service cluster IP range (room for thousands of
+// Services; the API server's own Service gets 10.96.0.1).
+const ServiceCIDR = "10.96.0.0/16"
 
 // AdminUser is the user of the admin token (group system:masters).
 const AdminUser = "admin"
@@ -53,6 +55,8 @@ type Options struct {
 	ExtraFlags []string
 	// Stdout receives both processes' logs; nil writes them to files in Dir.
 	Stdout io.Writer
+	// ServiceCIDR overrides the Service cluster IP range (default ServiceCIDR).
+	ServiceCIDR string
 	// AuditPolicy, when set, is an audit policy (YAML); the API server then
 	// writes its audit log, one JSON event per line, to Server.AuditLog.
 	AuditPolicy string
@@ -301,7 +305,7 @@ func (s *Server) StartAPIServer(ctx context.Context) error {
 		"--secure-port=" + strconv.Itoa(s.apiPort),
 		"--cert-dir=" + filepath.Join(s.Dir, "certs"),
 		"--etcd-servers=" + s.etcdURL,
-		"--service-cluster-ip-range=" + ServiceCIDR,
+		"--service-cluster-ip-range=" + cmp.Or(s.opts.ServiceCIDR, ServiceCIDR),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-signing-key-file=" + filepath.Join(s.Dir, "sa.key"),
 		"--service-account-key-file=" + filepath.Join(s.Dir, "sa.pub"),

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build apiserver
+
+package main
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
+)
+
+// TestRunPublishesAndStopsOnSignal runs `ipvs-guard run` in process against a
+// real API server over a captured host tree, then cancels its context as
+// SIGTERM does: it must exit 0 within a few seconds.
+func TestRunPublishesAndStopsOnSignal(t *testing.T) {
+	s := apiservertest.Start(t, apiservertest.Options{})
+	admin := kubernetes.NewForConfigOrDie(s.AdminConfig())
+	ctx := context.Background()
+	if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(t.TempDir(), "root")
+	if out, err := exec.Command("cp", "-a", filepath.Join("..", "..", "pkg", "modules", "testdata", "debian12"), root).CombinedOutput(); err != nil {
+		t.Fatalf("copying the host tree: %v: %s", err, out)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	health := l.Addr().String()
+	l.Close()
+
+	runCtx, stop := context.WithCancel(ctx)
+	code := make(chan int, 1)
+	go func() {
+		code <- execute(runCtx, []string{"run", "--kubeconfig", s.Kubeconfig, "--node-name", "node-a", "--root", root,
+			"--health-probe-bind-address", health, "--metrics-bind-address", "0", "--resync-period", "2s"})
+	}()
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + health + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("/readyz never became ready")
+		}
+		select {
+		case c := <-code:
+			t.Fatalf("run exited early with %d", c)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	var cond *corev1.NodeCondition
+	for time.Now().Before(deadline) && cond == nil {
+		n, err := admin.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range n.Status.Conditions {
+			if c.Type == "IPVSModulesMissing" {
+				cond = &n.Status.Conditions[i]
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The captured Debian host has no IPVS module loaded or declared.
+	if cond == nil || cond.Status != corev1.ConditionTrue || cond.Reason != "ModulesNotLoaded" {
+		t.Errorf("IPVSModulesMissing = %+v", cond)
+	}
+
+	stopped := time.Now()
+	stop()
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Errorf("exit code %d, want 0", c)
+		}
+		t.Logf("stopped in %s", time.Since(stopped).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Fatal("run did not stop within 5 s of the signal")
+	}
+}
