@@ -20,6 +20,7 @@ import (
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+	"github.com/ipvs-guard/ipvs-guard/pkg/metrics"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 	"github.com/ipvs-guard/ipvs-guard/pkg/server"
 )
@@ -118,11 +119,26 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 	if err != nil {
 		return err
 	}
+	var a *agent.Agent
+	reg, metricsRec, err := metrics.NewRegistry(func() metrics.Snapshot {
+		snap := metrics.Snapshot{Results: a.Store().Snapshot()}
+		for _, c := range a.Conditions() {
+			snap.Conditions = append(snap.Conditions, metrics.Condition{Type: string(c.Type), Status: string(c.Status), Reason: c.Reason})
+		}
+		for _, st := range a.Store().States() {
+			snap.Checks = append(snap.Checks, metrics.CheckRuns{Name: st.Name, Runs: st.Runs, Errors: st.Errors,
+				LastSuccess: st.LastSuccess, LastDuration: st.Duration})
+		}
+		return snap
+	})
+	if err != nil {
+		return err
+	}
 	var dirs []string
 	for _, d := range agent.DefaultModulesLoadDirs {
 		dirs = append(dirs, root.Path(d))
 	}
-	a, err := agent.New(agent.Config{
+	a, err = agent.New(agent.Config{
 		NodeName:            node,
 		Checkers:            checkers,
 		Publisher:           mgr,
@@ -132,6 +148,7 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 		ModulesLoadDirs:     dirs,
 		WatchUevents:        !opts.noUevents, // hostNetwork: the host's uevents, whatever --root is
 		MACs:                agent.HostMACs,
+		ObserveCheck:        metricsRec.ObserveCheck,
 	})
 	if err != nil {
 		return err
@@ -142,19 +159,20 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 		return fmt.Errorf("starting event recording: %w", err)
 	}
 	defer broadcaster.Shutdown()
-	if opts.healthAddr != "0" {
-		srv, err := server.New(opts.healthAddr, healthz(a, opts.resyncPeriod), readyz(a))
+	// One server per distinct address; /metrics and the probes share one when the addresses match.
+	servers := map[string]*server.Server{}
+	for _, addr := range []string{opts.healthAddr, opts.metricsAddr} {
+		if addr == "0" || servers[addr] != nil {
+			continue
+		}
+		srv, err := server.New(addr, healthz(a, opts.resyncPeriod), readyz(a))
 		if err != nil {
 			return err
 		}
-		g.Go(func() error { return srv.Run(gctx) })
-	}
-	if opts.metricsAddr != "0" && opts.metricsAddr != opts.healthAddr {
-		// /metrics is mounted here by the metrics package; the probes are served too.
-		srv, err := server.New(opts.metricsAddr, healthz(a, opts.resyncPeriod), readyz(a))
-		if err != nil {
-			return err
+		if addr == opts.metricsAddr {
+			srv.Handle("/metrics", metrics.Handler(reg))
 		}
+		servers[addr] = srv
 		g.Go(func() error { return srv.Run(gctx) })
 	}
 	g.Go(func() error { mgr.Run(gctx); return nil })

@@ -6,10 +6,12 @@ package main
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,7 +47,7 @@ func TestRunPublishesAndStopsOnSignal(t *testing.T) {
 	code := make(chan int, 1)
 	go func() {
 		code <- execute(runCtx, []string{"run", "--kubeconfig", s.Kubeconfig, "--node-name", "node-a", "--root", root,
-			"--health-probe-bind-address", health, "--metrics-bind-address", "0", "--resync-period", "2s"})
+			"--health-probe-bind-address", health, "--metrics-bind-address", health, "--resync-period", "2s"})
 	}()
 
 	deadline := time.Now().Add(30 * time.Second)
@@ -82,6 +84,16 @@ func TestRunPublishesAndStopsOnSignal(t *testing.T) {
 	// The captured Debian host has no IPVS module loaded or declared.
 	if cond == nil || cond.Status != corev1.ConditionTrue || cond.Reason != "ModulesNotLoaded" {
 		t.Errorf("IPVSModulesMissing = %+v", cond)
+	}
+
+	resp, err := http.Get("http://" + health + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `ipvs_guard_node_condition_status{`) || !strings.Contains(string(body), `ipvs_guard_reconcile_total{`) {
+		t.Errorf("/metrics serves no ipvs_guard_ metric:\n%.500s", body)
 	}
 
 	stopped := time.Now()
