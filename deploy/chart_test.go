@@ -531,3 +531,28 @@ func TestAdmissionPolicyOwnNodeOnly(t *testing.T) {
 		})
 	}
 }
+
+// TestArgsAcceptedByBinary checks that the DaemonSet's arguments, for every
+// value set, are flags the real `ipvs-guard run` accepts (cobra rejects an
+// unknown flag even with --help).
+func TestArgsAcceptedByBinary(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "ipvs-guard")
+	build := exec.Command("go", "build", "-o", bin, "../cmd/ipvs-guard")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building ipvs-guard: %v\n%s", err, out)
+	}
+	for _, vs := range valueSets {
+		t.Run(vs.name, func(t *testing.T) {
+			out, stderr, err := render(t, vs.set...)
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, stderr)
+			}
+			c := daemonSet(t, split(t, out)).Spec.Template.Spec.Containers[0]
+			args := append(append([]string{}, c.Args...), "--help")
+			if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+				t.Errorf("ipvs-guard %v: %v\n%s", c.Args, err, out)
+			}
+		})
+	}
+}
