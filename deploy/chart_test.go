@@ -131,7 +131,7 @@ func TestRender(t *testing.T) {
 	}{
 		{
 			name:       "defaults: remediation on",
-			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Role", "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:   []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
 			wantMounts: map[string]bool{"/lib/modules": true, "/etc/modules-load.d": false},
 			wantArgs:   []string{"run", "--remediate", "--metrics-bind-address=:9473", "--health-probe-bind-address=:9474", "--resync-period=1m", "--kube-proxy-metrics-address=127.0.0.1:10249"},
@@ -139,7 +139,7 @@ func TestRender(t *testing.T) {
 		{
 			name:        "report-only: no SYS_MODULE, no host mounts",
 			set:         []string{"remediation.enabled=false"},
-			wantKinds:   []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantKinds:   []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Role", "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:    []corev1.Capability{"NET_ADMIN", "NET_RAW"},
 			wantMounts:  map[string]bool{},
 			wantArgs:    []string{"run", "--metrics-bind-address=:9473"},
@@ -148,7 +148,7 @@ func TestRender(t *testing.T) {
 		{
 			name:       "metrics off: no Service, metrics server disabled",
 			set:        []string{"metrics.enabled=false", "dashboard.enabled=false"},
-			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "Role", "RoleBinding", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:   []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
 			wantMounts: map[string]bool{"/lib/modules": true, "/etc/modules-load.d": false},
 			wantArgs:   []string{"--metrics-bind-address=0", "--health-probe-bind-address=:9474"},
@@ -476,6 +476,18 @@ func TestAdmissionPolicyOwnNodeOnly(t *testing.T) {
 			out, err := cmd.CombinedOutput()
 			return string(out), err
 		}
+		if args[0] == "create-event" {
+			event := `{"apiVersion":"events.k8s.io/v1","kind":"Event","metadata":{"generateName":"n1-"},` +
+				`"eventTime":"2026-01-01T00:00:00.000000Z","reportingController":"ipvs-guard","reportingInstance":"ipvs-guard-n1",` +
+				`"action":"IPVSModulesMissing","reason":"ModulesNotLoaded","type":"Warning","note":"test",` +
+				`"regarding":{"apiVersion":"v1","kind":"Node","name":"n1"}}`
+			cmd := exec.Command("curl", "-sS", "-k", "-X", "POST", "--fail-with-body",
+				"-H", "Authorization: Bearer "+strings.TrimSpace(token),
+				"-H", "Content-Type: application/json",
+				"--data", event, server+"/apis/events.k8s.io/v1/namespaces/"+args[1]+"/events")
+			out, err := cmd.CombinedOutput()
+			return string(out), err
+		}
 		cmd := exec.Command("kubectl", append([]string{"--kubeconfig", os.DevNull, "--server", server,
 			"--insecure-skip-tls-verify", "--token", strings.TrimSpace(token)}, args...)...)
 		out, err := cmd.CombinedOutput()
@@ -490,9 +502,13 @@ func TestAdmissionPolicyOwnNodeOnly(t *testing.T) {
 		{name: "own node status", args: []string{"patch-status", "n1", condition}},
 		{name: "own node annotation", args: []string{"patch", "node", "n1", "--type=merge", "-p", `{"metadata":{"annotations":{"ipvs-guard.io/macs":"02:00:00:00:00:01"}}}`}},
 		{name: "other node status", args: []string{"patch-status", "n2", condition},
-			wantErr: "ipvs-guard may only update the Node its pod runs on (n1), not n2"},
+			wantErr: "ipvs-guard on node n1 may not modify node n2"},
 		{name: "own node spec", args: []string{"patch", "node", "n1", "--type=merge", "-p", `{"spec":{"unschedulable":true}}`},
-			wantErr: "ipvs-guard may change only the metadata and status of its Node, never its spec"},
+			wantErr: "ipvs-guard may change only annotations on its Node object, never its spec or labels"},
+		{name: "own node label", args: []string{"patch", "node", "n1", "--type=merge", "-p", `{"metadata":{"labels":{"x":"y"}}}`},
+			wantErr: "ipvs-guard may change only annotations on its Node object, never its spec or labels"},
+		{name: "RBAC: event on the node in default", args: []string{"create-event", "default"}},
+		{name: "RBAC: no event elsewhere", args: []string{"create-event", ns}, wantErr: "forbidden"},
 		{name: "RBAC: no pods", args: []string{"get", "pods", "-n", ns}, wantErr: "forbidden"},
 	}
 	for _, tt := range tests {

@@ -7,6 +7,7 @@ package arpcheck
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"testing"
@@ -169,4 +170,102 @@ func median(d []time.Duration) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// BenchmarkNetNSRTTSlowResponder compares the two tools' RTT when the round
+// trip itself dominates, as on a physical LAN, rather than the tools' own
+// wake-up latencies (microseconds on a veth). The kernel has no netem here,
+// so the answering address is served by a user-space responder that answers
+// each request after spinning for 1 ms; the responder's kernel is told not
+// to answer (arp_ignore=8).
+func BenchmarkNetNSRTTSlowResponder(b *testing.B) {
+	requireNetNS(b)
+	const (
+		n     = 100
+		delay = time.Millisecond
+	)
+	tp := newTopo(b)
+	prober := tp.ns("prober")
+	resp := tp.ns("resp")
+	tp.run("ip", "-n", prober, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", resp)
+	tp.batch(resp, []string{"addr add 10.88.200.2/16 dev eth0", "link set eth0 up"})
+	tp.batch(prober, []string{"addr add 10.88.200.1/16 dev eth0", "link set eth0 up"})
+	tp.sysctl(resp, "net.ipv4.conf.all.arp_ignore", "8")
+	target := netip.MustParseAddr("10.88.7.7")
+	respMAC := mustMAC(b, tp.mac(resp, "eth0"))
+	conn, err := listenInNetNS(netnsPath(resp), &net.Interface{Index: tp.ifindex(resp, "eth0"), Name: "eth0", HardwareAddr: respMAC}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	b.Cleanup(func() { close(stop); _ = conn.SetReadDeadline(time.Unix(1, 0)); <-done; conn.Close() })
+	go func() {
+		defer close(done)
+		buf := make([]byte, 1600)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			nr, from, err := conn.ReadFrom(buf)
+			if err != nil {
+				continue
+			}
+			reqMAC, reqIP, tgt, err := parseRequest(buf[:nr])
+			if err != nil || tgt != target {
+				continue
+			}
+			for start := time.Now(); time.Since(start) < delay; {
+				// spin: a timer would add the scheduler's granularity
+			}
+			_, _ = conn.WriteTo(buildReply(b, respMAC, target, reqMAC, reqIP), from)
+		}
+	}()
+
+	hn := HostNetwork{NetNSPath: netnsPath(prober)}
+	ctx := context.Background()
+	rt, err := hn.Route(ctx, target, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	sock, dst, err := hn.Listen(ctx, rt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sock.Close()
+	warm, _ := NewProber(sock, dst, rt.Interface, rt.MAC, rt.Src, ProbeOptions{Window: 2 * time.Second, Attempts: 10})
+	if obs, err := warm.Probe(ctx, []netip.Addr{target}); err != nil || len(obs[0].MACs) != 1 {
+		b.Fatalf("warm-up probe: %v %v", obs, err)
+	}
+	p, _ := NewProber(sock, dst, rt.Interface, rt.MAC, rt.Src, ProbeOptions{Window: 50 * time.Millisecond, Attempts: 1})
+	plain, _ := NewProber(plainSocket{sock}, dst, rt.Interface, rt.MAC, rt.Src, ProbeOptions{Window: 50 * time.Millisecond, Attempts: 1})
+	probe := func(p *Prober) time.Duration {
+		obs, err := p.Probe(ctx, []netip.Addr{target})
+		if err != nil || len(obs[0].MACs) != 1 {
+			b.Fatalf("probe: %v %v", obs, err)
+		}
+		return obs[0].RTT
+	}
+	var stamped, user, theirs []time.Duration
+	for b.Loop() {
+		stamped, user, theirs = stamped[:0], user[:0], theirs[:0]
+		for range n {
+			stamped = append(stamped, probe(p))
+			user = append(user, probe(plain))
+			r := arping(b, prober, "eth0", target.String(), "-c", "1", "-w", "1")
+			if len(r.rtts) != 1 {
+				b.Fatalf("arping: %s", r.out)
+			}
+			theirs = append(theirs, r.rtts[0])
+		}
+	}
+	ms, mu, mt := median(stamped), median(user), median(theirs)
+	b.ReportMetric(float64(ms.Microseconds()), "ipvsguard-median-rtt-us")
+	b.ReportMetric(float64(mu.Microseconds()), "ipvsguard-userspace-median-rtt-us")
+	b.ReportMetric(float64(mt.Microseconds()), "arping-median-rtt-us")
+	b.ReportMetric(float64(ms)/float64(mt), "rtt-ratio")
+	b.ReportMetric(float64(mu)/float64(mt), "userspace-rtt-ratio")
 }

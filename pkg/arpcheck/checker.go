@@ -21,15 +21,15 @@ import (
 
 // Condition reasons of the arp check (stable, UpperCamelCase).
 const (
-	// ReasonAnswered: every probed IP was answered by exactly one expected MAC.
+	// ReasonAnswered means every probed IP was answered by exactly one expected MAC.
 	ReasonAnswered = "ARPAnswered"
-	// ReasonNoReply: at least one IP got no reply (and none conflicts or has the wrong responder).
+	// ReasonNoReply means at least one IP got no reply (and none conflicts or has the wrong responder).
 	ReasonNoReply = "ARPNoReply"
-	// ReasonConflict: at least one IP is answered by several MACs.
+	// ReasonConflict means at least one IP is answered by several MACs.
 	ReasonConflict = "ARPConflict"
-	// ReasonWrongResponder: at least one IP is answered by a MAC that is not the announcer's (and none conflicts).
+	// ReasonWrongResponder means at least one IP is answered by a MAC that is not the announcer's (and none conflicts).
 	ReasonWrongResponder = "ARPWrongResponder"
-	// ReasonNoTargets: there was nothing to probe.
+	// ReasonNoTargets means there was nothing to probe.
 	ReasonNoTargets = "NoTargets"
 )
 
@@ -146,11 +146,19 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	if len(targets) == 0 {
 		return check.Skipped(check.NameARP, ReasonNoTargets, "no LoadBalancer IPs to probe"), nil
 	}
+	targets = slices.Clone(targets) // the source's slice stays untouched
 
 	groups := map[int]*group{}
 	var order []*group
 	var unprobed []string
 	for i, t := range targets {
+		t.IP = t.IP.Unmap()
+		targets[i].IP = t.IP
+		if !t.IP.Is4() {
+			// IPv6 addresses are resolved by neighbour discovery, not ARP.
+			unprobed = append(unprobed, fmt.Sprintf("%s (not IPv4: ARP does not apply)", t.IP))
+			continue
+		}
 		rt, err := c.network.Route(ctx, t.IP, t.Interface)
 		if err != nil {
 			logger.V(2).Info("Not probing", "vip", t.IP, "err", err)

@@ -186,6 +186,13 @@ func TestChecker(t *testing.T) {
 				results: map[string]string{"10.0.0.10@eth0": "wrong-responder"}},
 		},
 		{
+			name:    "IPv6 target is reported, not probed",
+			targets: []Target{{IP: ip("10.0.0.10")}, {IP: ip("fd00::10")}, {IP: ip("::ffff:10.0.0.13")}},
+			want: want{status: check.StatusOK, reason: ReasonAnswered, findings: 2,
+				results: map[string]string{"10.0.0.10@eth0": "answered", "10.0.0.13@eth0": "answered"},
+				message: []string{"not probed: fd00::10 (not IPv4"}},
+		},
+		{
 			name:    "unroutable target is reported, not probed",
 			targets: []Target{{IP: ip("10.0.0.10")}, {IP: ip("192.0.2.1")}},
 			noRoute: map[netip.Addr]error{ip("192.0.2.1"): ErrNotOnLink},

@@ -136,6 +136,16 @@ func (tp *topo) mac(ns, iface string) string {
 	return m[1]
 }
 
+func (tp *topo) ifindex(ns, iface string) int {
+	tp.t.Helper()
+	out := tp.run("ip", "-n", ns, "-o", "link", "show", iface)
+	i, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(out, ":", 2)[0]))
+	if err != nil {
+		tp.t.Fatalf("no index for %s in %s: %s", iface, ns, out)
+	}
+	return i
+}
+
 func (tp *topo) sysctl(ns, key, value string) {
 	tp.t.Helper()
 	tp.in(ns, "sysctl", "-q", "-w", key+"="+value)

@@ -40,10 +40,14 @@ type stampedReader interface {
 
 // Defaults for ProbeOptions.
 const (
-	DefaultWindow   = time.Second
+	// DefaultWindow is how long replies for an IP are collected.
+	DefaultWindow = time.Second
+	// DefaultAttempts is how many requests a silent IP gets.
 	DefaultAttempts = 3
-	DefaultRate     = rate.Limit(2000)
-	DefaultBurst    = 128
+	// DefaultRate is the frames per second a node sends at most.
+	DefaultRate = rate.Limit(2000)
+	// DefaultBurst is how many frames may go out back to back.
+	DefaultBurst = 128
 )
 
 // readSlice bounds each read, so a reader never sleeps past a stop request
@@ -84,7 +88,9 @@ type Observation struct {
 	// window, in order of first reply.
 	MACs []net.HardwareAddr
 	// RTT is the time from the latest request sent before the first reply to
-	// that reply; zero when nothing answered.
+	// that reply: to the kernel's receive timestamp when the socket gives one
+	// (so the reader's own wake-up is not counted), else to when it was read.
+	// Zero when nothing answered.
 	RTT time.Duration
 	// Requests is how many requests were sent.
 	Requests int

@@ -89,3 +89,21 @@ func ResolveScheduler(ctx context.Context, override string, sources ...Scheduler
 	}
 	return DefaultScheduler, FromDefault
 }
+
+// NodeVersion reads kube-proxy's version from the Node's status:
+// nodeInfo.kubeProxyVersion where still set (deprecated, no longer set by
+// recent kubelets), else the kubelet's version, which kube-proxy matches on
+// every supported distribution.
+func NodeVersion(cs kubernetes.Interface, node string) VersionSource {
+	return func(ctx context.Context) (Version, error) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return Version{}, fmt.Errorf("reading Node %s: %w", node, err)
+		}
+		v := n.Status.NodeInfo.KubeProxyVersion //nolint:staticcheck // deprecated, still read where set
+		if v == "" {
+			v = n.Status.NodeInfo.KubeletVersion
+		}
+		return ParseVersion(v)
+	}
+}

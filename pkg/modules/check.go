@@ -251,7 +251,7 @@ func (c *Checker) remediation(obs *Observation, p problems) []string {
 	}
 	if len(p.notInKernel) > 0 {
 		var shipped []string
-		for n := range obs.Index.Deps {
+		for _, n := range obs.Index.Names() {
 			if s, ok := strings.CutPrefix(n, "ip_vs_"); ok && isScheduler(s) {
 				shipped = append(shipped, s)
 			}

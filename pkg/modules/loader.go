@@ -262,7 +262,7 @@ func (l *NativeLoader) lookup(name string) []string {
 	if c := resolveAlias(l.confAliases, name); len(c) > 0 {
 		return c
 	}
-	if _, ok := l.ix.Deps[name]; ok {
+	if l.ix.Loadable(name) {
 		return []string{name}
 	}
 	var out []string
@@ -308,14 +308,17 @@ func (l *NativeLoader) insertTree(ctx context.Context, name string, visiting map
 	if cmd, ok := l.install[name]; ok {
 		return fmt.Errorf("loading %s: %w (install %s %s)", name, ErrInstallCommand, name, cmd)
 	}
-	e, ok := l.ix.Deps[name]
-	if !ok {
-		return fmt.Errorf("loading %s: %w: not in modules.dep or modules.builtin of kernel %s", name, ErrModuleNotFound, l.ix.Release)
+	e, err := l.ix.Entry(name)
+	if err != nil {
+		return fmt.Errorf("loading %s: %w", name, err)
 	}
 	sd := l.softdeps[name]
 	l.softLoad(ctx, name, "pre", sd.Pre, visiting)
 	for i := len(e.Deps) - 1; i >= 0; i-- {
 		dep := ModuleNameFromPath(e.Deps[i])
+		if dep == "" {
+			return fmt.Errorf("loading %s: modules.dep lists %q as a dependency, which is not a module file", name, e.Deps[i])
+		}
 		if err := l.insertTree(ctx, dep, visiting); err != nil {
 			return fmt.Errorf("loading %s: dependency %s: %w", name, dep, err)
 		}

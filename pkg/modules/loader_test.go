@@ -63,7 +63,9 @@ func moduleTree(t *testing.T, tree, rel string, compress func(t *testing.T, form
 	must(t, os.WriteFile(filepath.Join(dir, "proc/modules"), nil, 0o644))
 	ix, err := ReadIndex(hostfs.New(dir), rel)
 	must(t, err)
-	for name, e := range ix.Deps {
+	for _, name := range ix.Names() {
+		e, err := ix.Entry(name)
+		must(t, err)
 		p := filepath.Join(ix.Dir, e.Path)
 		must(t, os.MkdirAll(filepath.Dir(p), 0o755))
 		data := []byte("\x7fELF" + name)

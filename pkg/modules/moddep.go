@@ -39,16 +39,37 @@ func ModuleNameFromPath(p string) string {
 // ParseModulesDep parses modules.dep ("path: dep dep …" per line) into
 // entries keyed by module name. A line without a colon or naming something
 // that is not a module file (a truncated file, for instance) is an error
-// naming the line. It reads the whole file at once and slices it, so a
-// 4,000-module index costs one allocation per module.
+// naming the line.
 func ParseModulesDep(r io.Reader) (map[string]DepEntry, error) {
 	b, err := io.ReadAll(r)
 	if err != nil {
 		return nil, err
 	}
-	data := string(b)
-	out := make(map[string]DepEntry, strings.Count(data, "\n")+1)
+	lines, err := indexModulesDep(string(b))
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]DepEntry, len(lines))
+	for name, line := range lines {
+		e, err := parseDepLine(name, line)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = e
+	}
+	return out, nil
+}
+
+// indexModulesDep maps each module name to its modules.dep line without
+// splitting the dependency lists (the expensive part, done per module on
+// demand by parseDepLine). Every line must name a module file before a
+// colon; the last line's dependencies are checked too, as a truncated file
+// ends in a cut line. Keys and values are substrings of data.
+func indexModulesDep(data string) (map[string]string, error) {
+	out := make(map[string]string, strings.Count(data, "\n")+1)
 	n := 0
+	var last, lastName string
+	lastN := 0
 	for len(data) > 0 {
 		n++
 		line := data
@@ -61,35 +82,46 @@ func ParseModulesDep(r io.Reader) (map[string]DepEntry, error) {
 		if line == "" || line[0] == '#' {
 			continue
 		}
-		file, rest, ok := strings.Cut(line, ":")
-		if !ok {
+		colon := strings.IndexByte(line, ':')
+		if colon < 0 {
 			return nil, fmt.Errorf("line %d: no ':' after the module path in %q (truncated file?)", n, line)
 		}
-		file = strings.TrimSpace(file)
+		file := strings.TrimSpace(line[:colon])
 		name := ModuleNameFromPath(file)
 		if name == "" || !validModuleName(name) {
 			return nil, fmt.Errorf("line %d: %q is not a module file", n, file)
 		}
-		count := 0
-		for tok := range strings.FieldsSeq(rest) {
-			if !hasModuleSuffix(tok) {
-				return nil, fmt.Errorf("line %d: dependency %q of %s is not a module file", n, tok, name)
-			}
-			count++
+		if _, dup := out[name]; !dup { // kmod keeps the first entry
+			out[name] = line
 		}
-		if _, dup := out[name]; dup { // kmod keeps the first entry
-			continue
+		last, lastName, lastN = line, name, n
+	}
+	if last != "" {
+		if _, err := parseDepLine(lastName, last); err != nil {
+			return nil, fmt.Errorf("line %d: %w (truncated file?)", lastN, err)
 		}
-		e := DepEntry{Name: name, Path: file}
-		if count > 0 {
-			e.Deps = make([]string, 0, count)
-			for tok := range strings.FieldsSeq(rest) {
-				e.Deps = append(e.Deps, tok)
-			}
-		}
-		out[name] = e
 	}
 	return out, nil
+}
+
+// parseDepLine splits one modules.dep line of module name.
+func parseDepLine(name, line string) (DepEntry, error) {
+	file, rest, _ := strings.Cut(line, ":")
+	e := DepEntry{Name: name, Path: strings.TrimSpace(file)}
+	count := 0
+	for tok := range strings.FieldsSeq(rest) {
+		if !hasModuleSuffix(tok) {
+			return DepEntry{}, fmt.Errorf("dependency %q of %s is not a module file", tok, name)
+		}
+		count++
+	}
+	if count > 0 {
+		e.Deps = make([]string, 0, count)
+		for tok := range strings.FieldsSeq(rest) {
+			e.Deps = append(e.Deps, tok)
+		}
+	}
+	return e, nil
 }
 
 // hasModuleSuffix reports whether p ends like a module file (cheaper than

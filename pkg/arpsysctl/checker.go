@@ -1,0 +1,193 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package arpsysctl
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"k8s.io/klog/v2"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/distro"
+	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
+)
+
+// Reasons of the arp-sysctls check (stable: they become Node condition reasons).
+const (
+	ReasonOK                = "StrictARPSysctlsOK"
+	ReasonArpIgnoreTooLow   = "ArpIgnoreTooLow"
+	ReasonArpAnnounceWrong  = "ArpAnnounceNotStrict"
+	ReasonNoLoadBalancerIPs = "NoLoadBalancerIPs"
+	ReasonKubeIPVS0Missing  = "KubeIPVS0Missing"
+	SysctlFile              = "/etc/sysctl.d/90-ipvs-guard-strict-arp.conf"
+	sysctlFileHeaderComment = "# ARP settings kube-proxy's --ipvs-strict-arp sets (MetalLB layer 2 with IPVS)"
+)
+
+// LoadBalancerIPs returns the LoadBalancer ingress IPs of the cluster's
+// Services (nil when there is no cluster access).
+type LoadBalancerIPs func(ctx context.Context) ([]netip.Addr, error)
+
+// Config builds the arp-sysctls checker.
+type Config struct {
+	// Root is the host filesystem root.
+	Root hostfs.Root
+	// Interfaces limits the per-interface evaluation (empty: every ARP-capable one).
+	Interfaces []string
+	// ReadLink reads kube-ipvs0 (kubeproxy.ReadLink).
+	ReadLink kubeproxy.LinkReader
+	// LoadBalancerIPs lists the Services' LoadBalancer IPs; nil without a
+	// kubeconfig, in which case every kube-ipvs0 address is treated as one
+	// (LoadBalancer IPs cannot be told from ClusterIPs then, and the kernel
+	// answers ARP for all of them alike).
+	LoadBalancerIPs LoadBalancerIPs
+	// KubeProxy reads kube-proxy's /configz to say whether strictARP is on (optional).
+	KubeProxy *kubeproxy.Client
+	// Distro words the kube-proxy remediation.
+	Distro distro.Distro
+}
+
+// Checker is the arp-sysctls check.
+type Checker struct{ cfg Config }
+
+var _ check.Checker = (*Checker)(nil)
+
+// NewChecker returns the arp-sysctls checker.
+func NewChecker(cfg Config) (*Checker, error) {
+	if cfg.ReadLink == nil {
+		return nil, fmt.Errorf("arp-sysctls checker: ReadLink is required")
+	}
+	return &Checker{cfg: cfg}, nil
+}
+
+// Name implements check.Checker.
+func (c *Checker) Name() string { return check.NameARPSysctls }
+
+// Run implements check.Checker.
+func (c *Checker) Run(ctx context.Context) (check.Result, error) {
+	logger := klog.FromContext(ctx).WithValues("check", check.NameARPSysctls)
+	link, err := c.cfg.ReadLink(kubeproxy.DummyInterface)
+	if err != nil {
+		return check.Result{}, err
+	}
+	if !link.Exists {
+		return check.Skipped(c.Name(), ReasonNoLoadBalancerIPs, "kube-ipvs0 does not exist: no LoadBalancer IPs are bound on this node"), nil
+	}
+	ips, how, err := c.lbIPsOnLink(ctx, link)
+	if err != nil {
+		return check.Result{}, err
+	}
+	if len(ips) == 0 {
+		return check.Skipped(c.Name(), ReasonNoLoadBalancerIPs, "kube-ipvs0 holds no LoadBalancer IPs ("+how+"): nothing for this node to answer ARP for"), nil
+	}
+	reading, err := Read(c.cfg.Root, c.cfg.Interfaces)
+	if err != nil {
+		return check.Result{}, err
+	}
+	all := Evaluate(reading)
+	bad := Unsafe(all)
+	ipList := joinAddrs(ips)
+	logger.V(2).Info("evaluated ARP sysctls", "iface", kubeproxy.DummyInterface, "lbIPs", ipList, "unsafe", len(bad))
+	res := check.Result{Name: c.Name()}
+	for _, f := range all {
+		res.Findings = append(res.Findings, f)
+	}
+	if len(bad) == 0 {
+		res.Status = check.StatusOK
+		res.Reason = ReasonOK
+		res.Message = fmt.Sprintf("arp_ignore/arp_announce keep this node from answering ARP for the %d address(es) on kube-ipvs0 (%s; %s)", len(ips), ipList, how)
+		return res, nil
+	}
+	res.Status = check.StatusProblem
+	res.Reason = ReasonArpAnnounceWrong
+	var names []string
+	for _, f := range bad {
+		names = append(names, fmt.Sprintf("%s=%d (effective %d, want %s)", f.Sysctl, f.Value, f.Effective, f.Want))
+		if strings.HasSuffix(f.Sysctl, ArpIgnore) {
+			res.Reason = ReasonArpIgnoreTooLow
+		}
+	}
+	strict := ""
+	if c.cfg.KubeProxy != nil {
+		if cfg, err := c.cfg.KubeProxy.Configz(ctx); err == nil && !cfg.IPVS.StrictARP {
+			strict = " kube-proxy runs with strictARP=false."
+		}
+	}
+	res.Message = fmt.Sprintf("this node answers ARP for the LoadBalancer IPs on kube-ipvs0 (%s), so clients flap between nodes' MACs: %s.%s",
+		ipList, strings.Join(names, ", "), strict)
+	res.Remediation = Remediation(c.cfg.Distro, bad)
+	return res, nil
+}
+
+func (c *Checker) lbIPsOnLink(ctx context.Context, link kubeproxy.Link) ([]netip.Addr, string, error) {
+	if c.cfg.LoadBalancerIPs == nil {
+		return slices.Clone(link.Addrs), "no kubeconfig: every kube-ipvs0 address counts", nil
+	}
+	lb, err := c.cfg.LoadBalancerIPs(ctx)
+	if err != nil {
+		return nil, "", fmt.Errorf("listing LoadBalancer IPs: %w", err)
+	}
+	var out []netip.Addr
+	for _, a := range link.Addrs {
+		if slices.Contains(lb, a) {
+			out = append(out, a)
+		}
+	}
+	return out, "LoadBalancer ingress IPs of Services", nil
+}
+
+func joinAddrs(as []netip.Addr) string {
+	s := make([]string, len(as))
+	for i, a := range as {
+		s[i] = a.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// Remediation returns the fix for unsafe sysctls: kube-proxy's strict ARP
+// (the real fix, it keeps the values set) worded for the distro, then the
+// immediate sysctl commands and the /etc/sysctl.d file that keeps them
+// across reboots.
+func Remediation(d distro.Distro, bad []Finding) []string {
+	settings := map[string]int{}
+	for _, f := range bad {
+		name := f.Sysctl
+		want := 2
+		if strings.HasSuffix(f.Sysctl, ArpIgnore) {
+			want = 1
+		}
+		if f.Interface != "all" {
+			// Raising conf/all fixes an interface whose own value is lower;
+			// one whose own value is unsafe and higher must be set itself.
+			if (want == 1 && f.Value <= 1) || (want == 2 && f.Value <= 2) {
+				name = "net.ipv4.conf.all." + suffix(f.Sysctl)
+			}
+		}
+		settings[name] = want
+	}
+	keys := make([]string, 0, len(settings))
+	for k := range settings {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var cmd, file strings.Builder
+	cmd.WriteString("now (until reboot; kube-proxy with strict ARP keeps it set): sysctl -w")
+	file.WriteString("persist: write " + SysctlFile + ":\n" + sysctlFileHeaderComment + "\n")
+	for _, k := range keys {
+		fmt.Fprintf(&cmd, " %s=%d", k, settings[k])
+		fmt.Fprintf(&file, "%s = %d\n", k, settings[k])
+	}
+	out := []string{"the real fix is kube-proxy's strict ARP (--ipvs-strict-arp=true / ipvs.strictARP: true), which sets arp_ignore=1 and arp_announce=2 and keeps them:"}
+	out = append(out, d.KubeProxyRemediation(distro.KubeProxySettings{StrictARP: true})...)
+	out = append(out, cmd.String(), strings.TrimSuffix(file.String(), "\n"))
+	return out
+}
+
+func suffix(sysctl string) string {
+	i := strings.LastIndexByte(sysctl, '.')
+	return sysctl[i+1:]
+}

@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package ipvscheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"k8s.io/klog/v2"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/distro"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
+)
+
+// Reasons of the ipvs check (stable: they become Node condition reasons).
+const (
+	ReasonOK                   = "IPVSTableOK"
+	ReasonModuleNotLoaded      = "IPVSModuleNotLoaded"
+	ReasonVirtualServerMissing = "VirtualServerMissing"
+	ReasonNoRealServers        = "NoRealServers"
+	ReasonSchedulerMismatch    = "SchedulerMismatch"
+	ReasonNoKubeconfig         = "NoKubeconfig"
+	ReasonNotIPVSMode          = "KubeProxyNotInIPVSMode"
+)
+
+// Config builds the ipvs checker.
+type Config struct {
+	// IPVS reads the table (ipvs.New for the host).
+	IPVS ipvs.Interface
+	// ReadLink reads kube-ipvs0 (kubeproxy.ReadLink).
+	ReadLink kubeproxy.LinkReader
+	// KubeProxy reads kube-proxy's metrics port (optional).
+	KubeProxy *kubeproxy.Client
+	// Cluster reads Services and EndpointSlices; nil without a kubeconfig.
+	Cluster Cluster
+	// NodeName is this node's name (for Local traffic policies).
+	NodeName string
+	// Scheduler resolves the configured scheduler (e.g. a closure over
+	// kubeproxy.ResolveScheduler); nil means kubeproxy.DefaultScheduler.
+	Scheduler func(ctx context.Context) (scheduler, from string)
+	// Distro words the remediation.
+	Distro distro.Distro
+}
+
+// Checker is the ipvs check.
+type Checker struct{ cfg Config }
+
+var _ check.Checker = (*Checker)(nil)
+
+// NewChecker returns the ipvs checker.
+func NewChecker(cfg Config) (*Checker, error) {
+	if cfg.IPVS == nil || cfg.ReadLink == nil {
+		return nil, errors.New("ipvs checker: IPVS and ReadLink are required")
+	}
+	return &Checker{cfg: cfg}, nil
+}
+
+// Name implements check.Checker.
+func (c *Checker) Name() string { return check.NameIPVS }
+
+// maxNamed bounds how many virtual servers a message names.
+const maxNamed = 5
+
+// Run implements check.Checker.
+func (c *Checker) Run(ctx context.Context) (check.Result, error) {
+	logger := klog.FromContext(ctx).WithValues("check", check.NameIPVS)
+	res := check.Result{Name: c.Name()}
+	table, err := c.cfg.IPVS.Table(ctx)
+	if errors.Is(err, ipvs.ErrModuleNotLoaded) {
+		if mode, ok := c.proxyMode(ctx); ok && mode != kubeproxy.ModeIPVS {
+			return check.Skipped(c.Name(), ReasonNotIPVSMode, fmt.Sprintf("ip_vs is not loaded and kube-proxy runs in %s mode: no IPVS table to inspect", mode)), nil
+		}
+		res.Status, res.Reason = check.StatusProblem, ReasonModuleNotLoaded
+		res.Message = "ip_vs is not loaded, so there is no IPVS table: kube-proxy cannot run in IPVS mode (see the modules check for the fix)"
+		res.Remediation = []string{"load and persist the IPVS modules: ipvs-guard diagnose --fix, or the modules check's remediation"}
+		return res, nil
+	}
+	if err != nil {
+		return check.Result{}, fmt.Errorf("reading the IPVS table: %w", err)
+	}
+	sched, from := kubeproxy.DefaultScheduler, kubeproxy.FromDefault
+	if c.cfg.Scheduler != nil {
+		sched, from = c.cfg.Scheduler(ctx)
+	}
+	summary := fmt.Sprintf("%d virtual servers, %d real servers, configured scheduler %s (from %s)", len(table), table.RealServerCount(), sched, from)
+	logger.V(2).Info("read the IPVS table", "virtualServers", len(table), "realServers", table.RealServerCount())
+
+	var findings []Finding
+	if c.cfg.Cluster == nil {
+		link, err := c.cfg.ReadLink(kubeproxy.DummyInterface)
+		if err != nil {
+			return check.Result{}, err
+		}
+		onLink := map[netip.Addr]bool{}
+		for _, a := range link.Addrs {
+			onLink[a] = true
+		}
+		findings = CompareSchedulers(table, func(k ipvs.Key) bool { return onLink[k.Address] }, sched)
+		if len(findings) == 0 {
+			return check.Skipped(c.Name(), ReasonNoKubeconfig, summary+"; comparing with Services needs --kubeconfig"), nil
+		}
+	} else {
+		svcs, err := c.cfg.Cluster.Services(ctx)
+		if err != nil {
+			return check.Result{}, err
+		}
+		eps, err := c.cfg.Cluster.EndpointSlices(ctx)
+		if err != nil {
+			return check.Result{}, err
+		}
+		expected := ExpectedVirtualServers(svcs, eps, c.cfg.NodeName)
+		expected = onlyFamilies(expected, table)
+		findings = Compare(expected, table, sched)
+		summary += fmt.Sprintf("; %d expected from %d Services", len(expected), len(svcs))
+	}
+	for _, f := range findings {
+		res.Findings = append(res.Findings, f)
+	}
+	if len(findings) == 0 {
+		res.Status, res.Reason = check.StatusOK, ReasonOK
+		res.Message = summary + "; every expected VIP has a virtual server with real servers"
+		return res, nil
+	}
+	res.Status = check.StatusProblem
+	counts := map[string][]string{}
+	for _, f := range findings {
+		counts[f.Problem] = append(counts[f.Problem], f.String())
+	}
+	var parts []string
+	for _, p := range []string{ProblemMissing, ProblemNoRealServers, ProblemSchedulerMismatch} {
+		if len(counts[p]) == 0 {
+			continue
+		}
+		if res.Reason == "" {
+			res.Reason = map[string]string{ProblemMissing: ReasonVirtualServerMissing, ProblemNoRealServers: ReasonNoRealServers, ProblemSchedulerMismatch: ReasonSchedulerMismatch}[p]
+		}
+		named := counts[p]
+		more := ""
+		if len(named) > maxNamed {
+			more = fmt.Sprintf(" and %d more", len(named)-maxNamed)
+			named = named[:maxNamed]
+		}
+		parts = append(parts, strings.Join(named, "; ")+more)
+	}
+	res.Message = strings.Join(parts, "; ") + " (" + summary + ")"
+	res.Remediation = c.remediation(counts, sched)
+	return res, nil
+}
+
+func (c *Checker) proxyMode(ctx context.Context) (string, bool) {
+	if c.cfg.KubeProxy == nil {
+		return "", false
+	}
+	m, err := c.cfg.KubeProxy.ProxyMode(ctx)
+	return m, err == nil
+}
+
+func (c *Checker) remediation(counts map[string][]string, sched string) []string {
+	var out []string
+	if len(counts[ProblemMissing]) > 0 || len(counts[ProblemNoRealServers]) > 0 {
+		out = append(out,
+			"kube-proxy on this node has not programmed these Services: read its log (kubectl -n kube-system logs <kube-proxy pod on this node>, or journalctl on RKE2/RKE1) for sync errors, and check that the IPVS scheduler module ip_vs_"+sched+" is loaded (modules check)",
+			"once the cause is fixed, restart kube-proxy on this node so it resyncs every Service")
+	}
+	if len(counts[ProblemSchedulerMismatch]) > 0 {
+		out = append(out, "virtual servers use another scheduler than "+sched+" (kube-proxy's configuration, or a manual ipvsadm change): set the scheduler kube-proxy should use, then restart it:")
+		out = append(out, c.cfg.Distro.KubeProxyRemediation(distro.KubeProxySettings{Scheduler: sched, StrictARP: true})...)
+	}
+	return out
+}
+
+// onlyFamilies drops expectations of an IP family the table has no virtual
+// server of at all while it has some of the other family (a single-stack
+// kube-proxy on a dual-stack cluster). An empty table keeps everything.
+func onlyFamilies(exp []Expected, t ipvs.Table) []Expected {
+	has4, has6 := false, false
+	for _, e := range t {
+		if e.Virtual.FWMark != 0 {
+			continue
+		}
+		if e.Virtual.Address.Is4() {
+			has4 = true
+		} else {
+			has6 = true
+		}
+	}
+	if !has4 && !has6 {
+		return exp
+	}
+	out := exp[:0:0]
+	for _, e := range exp {
+		if (e.Key.Address.Is4() && has4) || (e.Key.Address.Is6() && has6) {
+			out = append(out, e)
+		}
+	}
+	return out
+}

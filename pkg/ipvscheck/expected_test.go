@@ -1,0 +1,273 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package ipvscheck
+
+import (
+	"context"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/distro"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs/ipvstest"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
+)
+
+const node = "vm-node-1"
+
+func svc(ns, name string, typ corev1.ServiceType, clusterIP string, ports ...corev1.ServicePort) corev1.Service {
+	return corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       corev1.ServiceSpec{Type: typ, ClusterIP: clusterIP, ClusterIPs: []string{clusterIP}, Ports: ports},
+	}
+}
+
+func port(name string, p int32, proto corev1.Protocol) corev1.ServicePort {
+	return corev1.ServicePort{Name: name, Port: p, Protocol: proto}
+}
+
+type ep struct {
+	addr  string
+	ready *bool
+	node  string
+}
+
+func slice(ns, svcName string, family discoveryv1.AddressType, portName string, proto corev1.Protocol, eps ...ep) discoveryv1.EndpointSlice {
+	s := discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: svcName + "-abc", Labels: map[string]string{discoveryv1.LabelServiceName: svcName}},
+		AddressType: family,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To(portName), Protocol: ptr.To(proto), Port: ptr.To[int32](8080)}},
+	}
+	for _, e := range eps {
+		x := discoveryv1.Endpoint{Addresses: []string{e.addr}, Conditions: discoveryv1.EndpointConditions{Ready: e.ready}}
+		if e.node != "" {
+			x.NodeName = ptr.To(e.node)
+		}
+		s.Endpoints = append(s.Endpoints, x)
+	}
+	return s
+}
+
+func key(a string, p uint16, proto ipvs.Protocol) ipvs.Key {
+	return ipvs.Key{Address: netip.MustParseAddr(a), Port: p, Protocol: proto}
+}
+
+// fixtureCluster is the cluster of ../../shared/fixtures/kube-proxy-1.37.1:
+// a ClusterIP Service 10.96.0.50:80 and a LoadBalancer Service 10.96.0.60:80
+// (ingress 192.0.2.10), plus the kubernetes Service without endpoints.
+func fixtureCluster() ([]corev1.Service, []discoveryv1.EndpointSlice) {
+	lb := svc("default", "web-lb", corev1.ServiceTypeLoadBalancer, "10.96.0.60", port("", 80, corev1.ProtocolTCP))
+	lb.Spec.Ports[0].NodePort = 30080
+	lb.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.10"}}
+	svcs := []corev1.Service{
+		svc("default", "kubernetes", corev1.ServiceTypeClusterIP, "10.96.0.1", port("https", 443, corev1.ProtocolTCP)),
+		svc("default", "web", corev1.ServiceTypeClusterIP, "10.96.0.50", port("", 80, corev1.ProtocolTCP)),
+		lb,
+	}
+	eps := []discoveryv1.EndpointSlice{
+		slice("default", "web", discoveryv1.AddressTypeIPv4, "", corev1.ProtocolTCP, ep{addr: "10.0.2.15", node: node}),
+		slice("default", "web-lb", discoveryv1.AddressTypeIPv4, "", corev1.ProtocolTCP, ep{addr: "10.0.2.15", node: node}, ep{addr: "10.244.1.11", node: "vm-node-2"}),
+	}
+	return svcs, eps
+}
+
+func rs(a string) ipvs.RealServer {
+	return ipvs.RealServer{Address: netip.MustParseAddr(a), Port: 8080, Weight: 1}
+}
+
+func entry(a string, p uint16, proto ipvs.Protocol, sched string, real ...ipvs.RealServer) ipvs.Entry {
+	return ipvs.Entry{Virtual: ipvs.VirtualServer{Address: netip.MustParseAddr(a), Protocol: proto, Port: p, Scheduler: sched}, Real: real}
+}
+
+// fixtureTable is the table of ipvsadm-Ln-lc.txt.
+func fixtureTable() ipvs.Table {
+	return ipvs.Table{
+		entry("192.0.2.10", 80, ipvs.TCP, "lc", rs("10.0.2.15"), rs("10.244.1.11")),
+		entry("10.0.2.15", 30080, ipvs.TCP, "lc", rs("10.0.2.15"), rs("10.244.1.11")),
+		entry("10.96.0.1", 443, ipvs.TCP, "lc"),
+		entry("10.96.0.50", 80, ipvs.TCP, "lc", rs("10.0.2.15")),
+		entry("10.96.0.60", 80, ipvs.TCP, "lc", rs("10.0.2.15"), rs("10.244.1.11")),
+	}
+}
+
+func TestExpectedVirtualServers(t *testing.T) {
+	svcs, eps := fixtureCluster()
+	got := ExpectedVirtualServers(svcs, eps, node)
+	want := []Expected{
+		{Service: "default/kubernetes", Kind: KindClusterIP, Key: key("10.96.0.1", 443, ipvs.TCP)},
+		{Service: "default/web", Kind: KindClusterIP, Key: key("10.96.0.50", 80, ipvs.TCP), ReadyEndpoints: 1},
+		{Service: "default/web-lb", Kind: KindClusterIP, Key: key("10.96.0.60", 80, ipvs.TCP), ReadyEndpoints: 2},
+		{Service: "default/web-lb", Kind: KindLoadBalancer, Key: key("192.0.2.10", 80, ipvs.TCP), ReadyEndpoints: 2},
+	}
+	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Errorf("(-want +got)\n%s", diff)
+	}
+}
+
+func TestExpectedPolicies(t *testing.T) {
+	dns := svc("kube-system", "dns", corev1.ServiceTypeClusterIP, "10.96.0.10", port("dns", 53, corev1.ProtocolUDP), port("dns-tcp", 53, corev1.ProtocolTCP))
+	dns.Spec.ClusterIPs = []string{"10.96.0.10", "fd00:96::a"}
+	lb := svc("default", "local", corev1.ServiceTypeLoadBalancer, "10.96.0.70", port("", 443, corev1.ProtocolTCP))
+	lb.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	lb.Spec.ExternalIPs = []string{"198.51.100.7"}
+	lb.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.20"}, {IP: "192.0.2.21", IPMode: ptr.To(corev1.LoadBalancerIPModeProxy)}, {Hostname: "lb.example"}}
+	headless := svc("default", "headless", corev1.ServiceTypeClusterIP, "None", port("", 80, corev1.ProtocolTCP))
+	ignored := svc("default", "other-proxy", corev1.ServiceTypeClusterIP, "10.96.0.99", port("", 80, corev1.ProtocolTCP))
+	ignored.Labels = map[string]string{serviceProxyNameLabel: "foo"}
+	extName := corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "ext"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "x.example"}}
+	eps := []discoveryv1.EndpointSlice{
+		slice("kube-system", "dns", discoveryv1.AddressTypeIPv4, "dns", corev1.ProtocolUDP, ep{addr: "10.244.0.2"}, ep{addr: "10.244.0.3", ready: ptr.To(false)}),
+		slice("kube-system", "dns", discoveryv1.AddressTypeIPv6, "dns", corev1.ProtocolUDP, ep{addr: "fd00:244::2"}),
+		slice("default", "local", discoveryv1.AddressTypeIPv4, "", corev1.ProtocolTCP, ep{addr: "10.244.1.5", node: "other"}, ep{addr: "10.244.0.5", node: node}),
+	}
+	got := ExpectedVirtualServers([]corev1.Service{dns, lb, headless, ignored, extName}, eps, node)
+	byKey := map[string]Expected{}
+	for _, e := range got {
+		byKey[e.Key.String()] = e
+	}
+	want := map[string]int{
+		"10.96.0.10:53/UDP":    1, // one ready of two
+		"[fd00:96::a]:53/UDP":  1,
+		"10.96.0.10:53/TCP":    0, // no slice serves dns-tcp
+		"[fd00:96::a]:53/TCP":  0,
+		"10.96.0.70:443/TCP":   2, // cluster policy for the ClusterIP
+		"192.0.2.20:443/TCP":   1, // Local: only this node's endpoint
+		"198.51.100.7:443/TCP": 1,
+	}
+	gotCounts := map[string]int{}
+	for k, e := range byKey {
+		gotCounts[k] = e.ReadyEndpoints
+	}
+	if diff := cmp.Diff(want, gotCounts); diff != "" {
+		t.Errorf("(-want +got)\n%s", diff)
+	}
+}
+
+func TestCompare(t *testing.T) {
+	svcs, eps := fixtureCluster()
+	exp := ExpectedVirtualServers(svcs, eps, node)
+	tests := []struct {
+		name  string
+		table ipvs.Table
+		sched string
+		want  []string
+	}{
+		{name: "real capture is healthy", table: fixtureTable(), sched: "lc"},
+		{name: "scheduler mismatch on every kube-proxy VIP", table: fixtureTable(), sched: "rr",
+			want: []string{"10.96.0.1:443/TCP scheduler-mismatch", "10.96.0.50:80/TCP scheduler-mismatch", "10.96.0.60:80/TCP scheduler-mismatch", "192.0.2.10:80/TCP scheduler-mismatch"}},
+		{name: "LB VIP missing and ClusterIP without real servers", sched: "lc",
+			table: func() ipvs.Table {
+				t := fixtureTable()
+				t[3].Real = nil
+				return append(t[1:2:2], t[2:]...)
+			}(),
+			want: []string{"192.0.2.10:80/TCP missing", "10.96.0.50:80/TCP no-real-servers"}},
+		{name: "empty table: everything missing", table: ipvs.Table{}, sched: "lc",
+			want: []string{"10.96.0.1:443/TCP missing", "10.96.0.50:80/TCP missing", "10.96.0.60:80/TCP missing", "192.0.2.10:80/TCP missing"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, f := range Compare(onlyFamilies(exp, tc.table), tc.table, tc.sched) {
+				got = append(got, f.VIP+":"+itoa(f.Port)+"/"+f.Protocol+" "+f.Problem)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+		})
+	}
+}
+
+func itoa(p uint16) string { return strconv.Itoa(int(p)) }
+
+func TestCompareSchedulersWithoutCluster(t *testing.T) {
+	onLink := map[netip.Addr]bool{netip.MustParseAddr("10.96.0.1"): true, netip.MustParseAddr("192.0.2.10"): true}
+	got := CompareSchedulers(fixtureTable(), func(k ipvs.Key) bool { return onLink[k.Address] }, "rr")
+	if len(got) != 2 || got[0].VIP != "10.96.0.1" || got[1].VIP != "192.0.2.10" || got[0].Scheduler != "lc" || got[0].ExpectedScheduler != "rr" {
+		t.Errorf("got %+v", got)
+	}
+}
+
+type fakeCluster struct {
+	svcs []corev1.Service
+	eps  []discoveryv1.EndpointSlice
+}
+
+func (f fakeCluster) Services(context.Context) ([]corev1.Service, error) { return f.svcs, nil }
+func (f fakeCluster) EndpointSlices(context.Context) ([]discoveryv1.EndpointSlice, error) {
+	return f.eps, nil
+}
+
+func fixtureLink(name string) (kubeproxy.Link, error) {
+	l := kubeproxy.Link{Name: name, Exists: true}
+	for _, a := range []string{"10.96.0.1", "10.96.0.50", "10.96.0.60", "192.0.2.10"} {
+		l.Addrs = append(l.Addrs, netip.MustParseAddr(a))
+	}
+	return l, nil
+}
+
+func TestChecker(t *testing.T) {
+	svcs, eps := fixtureCluster()
+	sched := func(s string) func(context.Context) (string, string) {
+		return func(context.Context) (string, string) { return s, kubeproxy.FromConfigz }
+	}
+	tests := []struct {
+		name       string
+		table      ipvs.Table
+		err        error
+		cluster    Cluster
+		sched      string
+		wantStatus check.Status
+		wantReason string
+		wantInMsg  string
+	}{
+		{name: "healthy", table: fixtureTable(), cluster: fakeCluster{svcs, eps}, sched: "lc", wantStatus: check.StatusOK, wantReason: ReasonOK},
+		{name: "no kubeconfig, schedulers fine", table: fixtureTable(), sched: "lc", wantStatus: check.StatusSkipped, wantReason: ReasonNoKubeconfig, wantInMsg: "5 virtual servers, 7 real servers"},
+		{name: "no kubeconfig, scheduler mismatch", table: fixtureTable(), sched: "rr", wantStatus: check.StatusProblem, wantReason: ReasonSchedulerMismatch, wantInMsg: "10.96.0.1:443/TCP: scheduler lc, configured rr"},
+		{name: "module not loaded", err: ipvs.ErrModuleNotLoaded, sched: "lc", wantStatus: check.StatusProblem, wantReason: ReasonModuleNotLoaded, wantInMsg: "ip_vs is not loaded"},
+		{name: "missing LB VIP", table: fixtureTable()[1:], cluster: fakeCluster{svcs, eps}, sched: "lc", wantStatus: check.StatusProblem, wantReason: ReasonVirtualServerMissing,
+			wantInMsg: "192.0.2.10:80/TCP (LoadBalancer default/web-lb): no virtual server"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := ipvstest.NewFake(tc.table)
+			f.InjectError(tc.err)
+			c, err := NewChecker(Config{IPVS: f, ReadLink: fixtureLink, Cluster: tc.cluster, NodeName: node, Scheduler: sched(tc.sched), Distro: distro.Kubeadm})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := c.Run(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Status != tc.wantStatus || res.Reason != tc.wantReason {
+				t.Fatalf("got %s/%s (%s), want %s/%s", res.Status, res.Reason, res.Message, tc.wantStatus, tc.wantReason)
+			}
+			if !strings.Contains(res.Message, tc.wantInMsg) {
+				t.Errorf("message %q lacks %q", res.Message, tc.wantInMsg)
+			}
+		})
+	}
+}
+
+func TestLoadBalancerIPsFromClientset(t *testing.T) {
+	svcs, _ := fixtureCluster()
+	cs := fake.NewClientset(&svcs[0], &svcs[1], &svcs[2])
+	got, err := LoadBalancerIPs(NewCluster(cs))(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0] != netip.MustParseAddr("192.0.2.10") {
+		t.Errorf("got %v", got)
+	}
+}
