@@ -116,6 +116,9 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 	if err != nil {
 		return err
 	}
+	if checkers, err = opts.withClusterARP(checkers, view, node); err != nil {
+		return err
+	}
 	for i, c := range checkers {
 		checkers[i] = metrics.Instrument(c, am)
 	}
@@ -143,7 +146,7 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 		ResyncPeriod:        opts.resyncPeriod,
 		InitialPublishDelay: opts.initialDelay,
 		ModulesLoadDirs:     dirs,
-		WatchUevents:        !opts.noUevents && root.IsHost(),
+		WatchUevents:        !opts.noUevents, // hostNetwork: the host's uevents, whatever --root is
 		MACs:                agent.HostMACs,
 	})
 	if err != nil {
