@@ -12,6 +12,7 @@ import (
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
 
@@ -31,10 +32,12 @@ type Family struct {
 // registry fed with one sample of every state and activity (the chart README
 // is generated from it).
 func Describe() ([]Family, error) {
+	strict := true
 	snap := Snapshot{
 		Results: []check.Result{
 			{Name: check.NameModules, Status: check.StatusOK, Findings: []check.Finding{modules.Finding{Module: "ip_vs"}}},
-			{Name: check.NameKubeProxy, Status: check.StatusOK, Findings: []check.Finding{sampleFinding{Mode: "ipvs", VirtualServers: 1, WithoutReal: 0}}},
+			{Name: check.NameKubeProxy, Status: check.StatusOK, Findings: []check.Finding{kubeproxy.Finding{Mode: "ipvs", StrictARP: &strict}}},
+			{Name: check.NameIPVS, Status: check.StatusOK, Findings: []check.Finding{sampleFinding{VirtualServers: 1, WithoutReal: 0}}},
 			{Name: check.NameARP, Status: check.StatusOK, Findings: []check.Finding{arpcheck.Finding{IP: "192.0.2.1", Interface: "eth0", Result: arpcheck.ResultAnswered, MACs: []string{"02:00:00:00:00:01"}, RTTSeconds: 0.001}}},
 		},
 		Conditions: []Condition{{Type: "IPVSModulesMissing", Status: "False", Reason: "ModulesLoaded"}},
@@ -48,7 +51,7 @@ func Describe() ([]Family, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.ObserveCheck(snap.Results[2], nil, time.Millisecond)
+	m.ObserveCheck(snap.Results[3], nil, time.Millisecond)
 	m.ObserveModuleLoad("ip_vs", nil)
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -75,11 +78,10 @@ func Describe() ([]Family, error) {
 	return out, nil
 }
 
-// sampleFinding has the JSON shape of the kube-proxy and IPVS findings.
+// sampleFinding has the JSON shape the collector reads IPVS table counts from.
 type sampleFinding struct {
-	Mode           string `json:"mode"`
-	VirtualServers int    `json:"virtual_servers"`
-	WithoutReal    int    `json:"virtual_servers_without_real_servers"`
+	VirtualServers int `json:"virtual_servers"`
+	WithoutReal    int `json:"virtual_servers_without_real_servers"`
 }
 
 func (sampleFinding) String() string { return "sample" }
