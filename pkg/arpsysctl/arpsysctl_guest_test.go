@@ -49,8 +49,8 @@ func TestGuestLoadBalancerIPOnKubeIPVS0(t *testing.T) {
 	testenv.RequireGuest(t)
 	guest.ResetModules(t)
 	t.Cleanup(func() {
-		guest.Run(t, "ip", "link", "del", "kube-ipvs0")
-		guest.Run(t, "ip", "link", "del", "ig-veth0")
+		guest.Run(t, "/usr/sbin/ip", "link", "del", "kube-ipvs0")
+		guest.Run(t, "/usr/sbin/ip", "link", "del", "ig-veth0")
 		guest.ResetModules(t)
 	})
 	// ip loads dummy and veth through the kernel's rtnl-link autoload only if
@@ -59,8 +59,8 @@ func TestGuestLoadBalancerIPOnKubeIPVS0(t *testing.T) {
 		t.Fatalf("%s", r)
 	}
 	loadNative(t, "dummy", "veth")
-	sh(t, "ip link add kube-ipvs0 type dummy && ip addr add 192.0.2.10/32 dev kube-ipvs0")
-	sh(t, "ip link add ig-veth0 type veth peer name ig-veth1 && ip link set ig-veth0 up && ip link set ig-veth1 up")
+	sh(t, "/usr/sbin/ip link add kube-ipvs0 type dummy && /usr/sbin/ip addr add 192.0.2.10/32 dev kube-ipvs0")
+	sh(t, "/usr/sbin/ip link add ig-veth0 type veth peer name ig-veth1 && /usr/sbin/ip link set ig-veth0 up && /usr/sbin/ip link set ig-veth1 up")
 
 	lb := func(context.Context) ([]netip.Addr, error) { return []netip.Addr{netip.MustParseAddr("192.0.2.10")}, nil }
 	c, err := arpsysctl.NewChecker(arpsysctl.Config{Root: hostfs.New("/"), ReadLink: kubeproxy.ReadLink, LoadBalancerIPs: lb})

@@ -71,7 +71,7 @@ func freshGuest(t *testing.T) {
 	testenv.RequireGuest(t)
 	cleanup := func() {
 		guest.Run(t, "ipvsadm", "-C")
-		guest.Run(t, "ip", "link", "del", "kube-ipvs0")
+		guest.Run(t, "/usr/sbin/ip", "link", "del", "kube-ipvs0")
 		guest.ResetModules(t)
 	}
 	cleanup()
@@ -160,10 +160,10 @@ func TestGuestModuleAbsent(t *testing.T) {
 func TestGuestReloadUnderRunningProcess(t *testing.T) {
 	freshGuest(t)
 	loadModules(t, "ip_vs", "ip_vs_rr", "dummy")
-	if r := guest.Run(t, "ip", "link", "add", "kube-ipvs0", "type", "dummy"); r.ExitCode != 0 {
+	if r := guest.Run(t, "/usr/sbin/ip", "link", "add", "kube-ipvs0", "type", "dummy"); r.ExitCode != 0 {
 		t.Fatalf("%s", r)
 	}
-	if r := guest.Run(t, "ip", "addr", "add", "10.96.0.10/32", "dev", "kube-ipvs0"); r.ExitCode != 0 {
+	if r := guest.Run(t, "/usr/sbin/ip", "addr", "add", "10.96.0.10/32", "dev", "kube-ipvs0"); r.ExitCode != 0 {
 		t.Fatalf("%s", r)
 	}
 	ipvsadm(t, "-A", "-t", "10.96.0.1:443", "-s", "rr")
