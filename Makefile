@@ -12,7 +12,7 @@ VPKG := github.com/ipvs-guard/ipvs-guard/pkg/version
 LDFLAGS := -s -w -X $(VPKG).Version=$(VERSION) -X $(VPKG).Commit=$(COMMIT) -X $(VPKG).BuildDate=$(BUILD_DATE)
 export IPVS_GUARD_CACHE ?= $(CURDIR)/.cache
 
-.PHONY: all build demo test lint test-lint test-unit test-fuzz test-netns test-guest test-rules test-chart test-image test-apiserver bench-diagnose bench-guest bench-arp bench-agent guest-shell image manifests chart-docs helm-lint clean
+.PHONY: all build demo test lint test-lint test-unit test-fuzz test-netns test-guest test-rules test-chart test-image test-apiserver bench-diagnose bench-guest bench-arp bench-agent bench-ipvs guest-shell image manifests chart-docs helm-lint clean
 
 all: build
 
@@ -73,6 +73,10 @@ guest-shell:
 test-netns:
 	@echo "--- tier: netns"
 	hack/test-netns.sh
+
+## bench-ipvs: 10,000 virtual servers x 2 real servers in the guest kernel, ipvs-guard vs ipvsadm -Ln (ratio, peak RSS)
+bench-ipvs:
+	hack/bench-ipvs.sh
 
 ## bench-arp: ARP figures (1,000 IPs vs arping, RTT vs arping, sharding rate)
 bench-arp:
