@@ -12,7 +12,7 @@ VPKG := github.com/ipvs-guard/ipvs-guard/pkg/version
 LDFLAGS := -s -w -X $(VPKG).Version=$(VERSION) -X $(VPKG).Commit=$(COMMIT) -X $(VPKG).BuildDate=$(BUILD_DATE)
 export IPVS_GUARD_CACHE ?= $(CURDIR)/.cache
 
-.PHONY: all build demo test lint test-lint test-unit test-fuzz test-netns test-guest test-rules test-chart test-image bench-diagnose bench-guest bench-arp guest-shell image manifests chart-docs helm-lint clean
+.PHONY: all build demo e2e test-e2e test lint test-lint test-unit test-fuzz test-netns test-guest test-rules test-chart test-image bench-diagnose bench-guest bench-arp guest-shell image manifests chart-docs helm-lint clean
 
 all: build
 
@@ -21,7 +21,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/ipvs-guard
 
 ## test: every tier, each named so a failure says where it broke
-test: test-lint test-unit test-fuzz test-netns test-guest test-rules test-chart test-image
+test: test-lint test-unit test-fuzz test-netns test-guest test-rules test-chart test-image test-e2e
 	@echo "all test tiers passed"
 
 ## lint: go vet, gofmt, go mod tidy check
@@ -52,9 +52,15 @@ test-guest:
 bench-guest:
 	hack/guest/bench.sh
 
-## demo: boot the guest kernel; diagnose finds the missing IPVS modules, --fix repairs, healthy again
+## demo: the guest kernel: diagnose finds the missing IPVS modules, --fix repairs; then the agent in a cluster, as a timeline
 demo:
 	@hack/guest/demo.sh
+	@hack/e2e/run.sh --demo
+
+## test-e2e (or e2e): real kube-apiserver on the host, real kube-proxy (IPVS) and `ipvs-guard run` in the guest kernel
+e2e test-e2e:
+	@echo "--- tier: e2e"
+	hack/e2e/run.sh
 
 ## guest-shell: an interactive shell in the guest kernel with ipvs-guard (Ctrl-a x quits)
 guest-shell:
