@@ -12,7 +12,7 @@ VPKG := github.com/ipvs-guard/ipvs-guard/pkg/version
 LDFLAGS := -s -w -X $(VPKG).Version=$(VERSION) -X $(VPKG).Commit=$(COMMIT) -X $(VPKG).BuildDate=$(BUILD_DATE)
 export IPVS_GUARD_CACHE ?= $(CURDIR)/.cache
 
-.PHONY: all build demo e2e test-e2e test lint test-lint test-unit test-fuzz test-netns test-guest test-rules test-chart test-image bench-diagnose bench-guest bench-arp guest-shell image manifests chart-docs helm-lint clean
+.PHONY: all build demo e2e test-e2e test lint test-lint test-unit test-fuzz test-netns test-guest test-rules test-chart test-image test-apiserver bench-diagnose bench-guest bench-arp bench-agent guest-shell image manifests chart-docs helm-lint clean
 
 all: build
 
@@ -21,7 +21,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/ipvs-guard
 
 ## test: every tier, each named so a failure says where it broke
-test: test-lint test-unit test-fuzz test-netns test-guest test-rules test-chart test-image test-e2e
+test: test-lint test-unit test-fuzz test-netns test-guest test-apiserver test-rules test-chart test-image test-e2e
 	@echo "all test tiers passed"
 
 ## lint: go vet, gofmt, go mod tidy check
@@ -39,6 +39,15 @@ test-unit:
 test-fuzz:
 	@echo "--- tier: fuzz"
 	hack/fuzz.sh $${FUZZTIME:-5s}
+
+## test-apiserver: agent loop, conditions, events, RBAC and admission policy against a real kube-apiserver + etcd
+test-apiserver:
+	@echo "--- tier: apiserver"
+	hack/apiserver/test.sh
+
+## bench-agent: drift-to-condition latency, idle RSS/CPU with 1,000 LoadBalancer Services, API writes at steady state
+bench-agent:
+	hack/bench-agent.sh
 
 ## bench-diagnose: wall time and peak RSS of diagnose --root over the captured host trees
 bench-diagnose:

@@ -103,6 +103,9 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 	if err != nil {
 		return err
 	}
+	if checkers, err = opts.withClusterARP(checkers, view, node); err != nil {
+		return err
+	}
 
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
 	recorder := broadcaster.NewRecorder(scheme.Scheme, nodestatus.ReportingController)
@@ -127,7 +130,7 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 		ResyncPeriod:        opts.resyncPeriod,
 		InitialPublishDelay: opts.initialDelay,
 		ModulesLoadDirs:     dirs,
-		WatchUevents:        !opts.noUevents && root.IsHost(),
+		WatchUevents:        !opts.noUevents, // hostNetwork: the host's uevents, whatever --root is
 		MACs:                agent.HostMACs,
 	})
 	if err != nil {

@@ -53,6 +53,9 @@ type Options struct {
 	ExtraFlags []string
 	// Stdout receives both processes' logs; nil writes them to files in Dir.
 	Stdout io.Writer
+	// AuditPolicy, when set, is an audit policy (YAML); the API server then
+	// writes its audit log, one JSON event per line, to Server.AuditLog.
+	AuditPolicy string
 }
 
 // Server is a running etcd + kube-apiserver pair.
@@ -67,6 +70,8 @@ type Server struct {
 	Dir string
 	// Kubeconfig is a kubeconfig file for the admin.
 	Kubeconfig string
+	// AuditLog is the audit log file when Options.AuditPolicy is set.
+	AuditLog string
 
 	opts     Options
 	apiPort  int
@@ -304,6 +309,14 @@ func (s *Server) StartAPIServer(ctx context.Context) error {
 		"--authorization-mode=RBAC",
 		"--endpoint-reconciler-type=none",
 		"--v=0",
+	}
+	if s.opts.AuditPolicy != "" {
+		policy := filepath.Join(s.Dir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte(s.opts.AuditPolicy), 0o600); err != nil {
+			return err
+		}
+		s.AuditLog = filepath.Join(s.Dir, "audit.log")
+		args = append(args, "--audit-policy-file="+policy, "--audit-log-path="+s.AuditLog, "--audit-log-format=json", "--audit-log-mode=blocking")
 	}
 	args = append(args, s.opts.ExtraFlags...)
 	cmd := exec.Command(s.opts.APIServer, args...)

@@ -5,11 +5,7 @@
 package agent
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"io"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -19,59 +15,18 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/restmapper"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 )
 
-// applyManifests creates every object in the YAML files (server-side apply).
+// applyManifests applies the YAML files as the admin.
 func applyManifests(t *testing.T, s *apiservertest.Server, files ...string) {
 	t.Helper()
-	cfg := s.AdminConfig()
-	dc := discovery.NewDiscoveryClientForConfigOrDie(cfg)
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	dyn := dynamic.NewForConfigOrDie(cfg)
-	for _, f := range files {
-		raw, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
-		for {
-			var u unstructured.Unstructured
-			if err := dec.Decode(&u.Object); err != nil {
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				t.Fatalf("%s: %v", f, err)
-			}
-			if len(u.Object) == 0 {
-				continue
-			}
-			gvk := u.GroupVersionKind()
-			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-			if err != nil {
-				t.Fatalf("%s: mapping %s: %v", f, gvk, err)
-			}
-			body, _ := u.MarshalJSON()
-			var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-			if u.GetNamespace() != "" {
-				ri = dyn.Resource(m.Resource).Namespace(u.GetNamespace())
-			}
-			force := true
-			if _, err := ri.Patch(context.Background(), u.GetName(), types.ApplyPatchType, body,
-				metav1.PatchOptions{FieldManager: "apiservertest", Force: &force}); err != nil {
-				t.Fatalf("%s: applying %s %s: %v", f, gvk.Kind, u.GetName(), err)
-			}
-		}
+	if err := s.Apply(context.Background(), files...); err != nil {
+		t.Fatal(err)
 	}
 }
 

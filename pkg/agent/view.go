@@ -269,3 +269,31 @@ func (v *ClusterView) NodeForMAC(mac net.HardwareAddr) (node, iface string, ok b
 	}
 	return "", "", false
 }
+
+// NodeMACs returns the MACs node published (MACsAnnotation), sorted by
+// interface name; nil when it published none or the cache is not synced.
+func (v *ClusterView) NodeMACs(node string) []net.HardwareAddr {
+	if v == nil || !v.nodesSynced() || node == "" {
+		return nil
+	}
+	n, err := v.nodes.Get(node)
+	if err != nil {
+		return nil
+	}
+	macs, err := DecodeMACs(n.Annotations[MACsAnnotation])
+	if err != nil {
+		return nil
+	}
+	names := make([]string, 0, len(macs))
+	for k := range macs {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	var out []net.HardwareAddr
+	for _, k := range names {
+		if hw, err := net.ParseMAC(macs[k]); err == nil {
+			out = append(out, hw)
+		}
+	}
+	return out
+}
