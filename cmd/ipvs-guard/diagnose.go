@@ -108,6 +108,17 @@ func (o *checkOptions) arpChecker() (check.Checker, error) {
 // checkers builds the checks diagnose runs, in report order. With remediate
 // false nothing they do may load a module or write a file.
 func (o *checkOptions) checkers(ctx context.Context, root hostfs.Root, remediate bool) ([]check.Checker, error) {
+	kube, err := o.kubeClient()
+	if err != nil {
+		return nil, err
+	}
+	if o.schedulerFromKubeProxy == nil {
+		kp := o.kubeProxyClient()
+		o.schedulerFromKubeProxy = func(ctx context.Context) (string, error) {
+			s, _ := o.resolveScheduler(ctx, kp, kube)
+			return s, nil
+		}
+	}
 	cs := []check.Checker{
 		modules.NewChecker(modules.Config{
 			Root:      root,
@@ -116,6 +127,11 @@ func (o *checkOptions) checkers(ctx context.Context, root hostfs.Root, remediate
 			Loader:    o.loader,
 		}),
 	}
+	ipvsChecks, err := o.ipvsCheckers(root, kube)
+	if err != nil {
+		return nil, err
+	}
+	cs = append(cs, ipvsChecks...)
 	arp, err := o.arpChecker()
 	if err != nil {
 		return nil, err
@@ -127,8 +143,8 @@ func (o *checkOptions) checkers(ctx context.Context, root hostfs.Root, remediate
 // ipvsScheduler resolves the IPVS scheduler whose module the modules check
 // wants: --scheduler when given, else what kube-proxy is configured with,
 // else rr. The kube-proxy lookup (/configz at --kube-proxy-metrics-address,
-// then the kube-proxy ConfigMap) plugs in here; until it exists the default
-// applies.
+// then the kube-proxy ConfigMap) is kubeproxy.ResolveScheduler, wired in
+// checkers through schedulerFromKubeProxy.
 func (o *checkOptions) ipvsScheduler(ctx context.Context) string {
 	if o.scheduler != "" {
 		return o.scheduler
