@@ -10,7 +10,13 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
 apt_ensure curl
-command -v kubectl >/dev/null || apt_ensure kubectl
+# kubectl: the machine's, else one built from the same pinned Kubernetes
+# module as kube-apiserver (Debian ships none).
+if ! command -v kubectl >/dev/null; then
+	kubectl_path=$(PRINT_PATHS=1 hack/apiserver/install.sh kubectl | sed -n 's/^kubectl=//p')
+	PATH=$(dirname "$kubectl_path"):$PATH
+	export PATH
+fi
 HELM=$(hack/ensure-helm.sh)
 export HELM
 MONITORING_CRDS=$(hack/ensure-monitoring-crds.sh)

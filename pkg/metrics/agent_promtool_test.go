@@ -7,6 +7,7 @@ package metrics_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +19,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
@@ -61,10 +66,12 @@ func TestRunningAgentScrape(t *testing.T) {
 	testenv.Require(t, err == nil, "promtool not on PATH (make test-rules installs it)")
 	srv := apiservertest.Start(t, apiservertest.Options{})
 	node := "n1"
-	kubectl := exec.Command("kubectl", "--kubeconfig", srv.Kubeconfig, "apply", "--server-side", "-f", "-")
-	kubectl.Stdin = strings.NewReader("apiVersion: v1\nkind: Node\nmetadata:\n  name: " + node + "\n")
-	if out, err := kubectl.CombinedOutput(); err != nil {
-		t.Fatalf("creating node: %v\n%s", err, out)
+	cs, err := kubernetes.NewForConfig(srv.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating node: %v", err)
 	}
 
 	bin := filepath.Join(t.TempDir(), "ipvs-guard")
