@@ -134,15 +134,15 @@ func TestRender(t *testing.T) {
 			name:       "defaults: remediation on",
 			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Role", "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:   []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
-			wantMounts: map[string]bool{"/lib/modules": true, "/etc/modules-load.d": false},
+			wantMounts: map[string]bool{"/lib/modules": true, "/etc/modules-load.d": false, "/run/modules-load.d": true, "/usr/lib/modules-load.d": true},
 			wantArgs:   []string{"run", "--remediate", "--metrics-bind-address=:9473", "--health-probe-bind-address=:9474", "--resync-period=1m", "--kube-proxy-metrics-address=127.0.0.1:10249"},
 		},
 		{
-			name:        "report-only: no SYS_MODULE, no host mounts",
+			name:        "report-only: no SYS_MODULE, no writable host mount",
 			set:         []string{"remediation.enabled=false"},
 			wantKinds:   []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Role", "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:    []corev1.Capability{"NET_ADMIN", "NET_RAW"},
-			wantMounts:  map[string]bool{},
+			wantMounts:  map[string]bool{"/lib/modules": true, "/etc/modules-load.d": true, "/run/modules-load.d": true, "/usr/lib/modules-load.d": true},
 			wantArgs:    []string{"run", "--metrics-bind-address=:9473"},
 			notWantArgs: []string{"--remediate"},
 		},
@@ -151,7 +151,7 @@ func TestRender(t *testing.T) {
 			set:        []string{"metrics.enabled=false", "dashboard.enabled=false"},
 			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "Role", "RoleBinding", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:   []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
-			wantMounts: map[string]bool{"/lib/modules": true, "/etc/modules-load.d": false},
+			wantMounts: map[string]bool{"/lib/modules": true, "/etc/modules-load.d": false, "/run/modules-load.d": true, "/usr/lib/modules-load.d": true},
 			wantArgs:   []string{"--metrics-bind-address=0", "--health-probe-bind-address=:9474"},
 		},
 		{
@@ -159,7 +159,7 @@ func TestRender(t *testing.T) {
 			set:        []string{"metrics.serviceMonitor.enabled=true", "prometheusRule.enabled=true", "scheduler=lc", "arp.interface=eth0", "rbac.create=false", "admissionPolicy.enabled=false", "serviceAccount.create=false", "serviceAccount.name=agent"},
 			wantKinds:  []string{"ConfigMap", "DaemonSet", "PrometheusRule", "Service", "ServiceMonitor"},
 			wantCaps:   []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
-			wantMounts: map[string]bool{"/lib/modules": true, "/etc/modules-load.d": false},
+			wantMounts: map[string]bool{"/lib/modules": true, "/etc/modules-load.d": false, "/run/modules-load.d": true, "/usr/lib/modules-load.d": true},
 			wantArgs:   []string{"--scheduler=lc", "--interface=eth0"},
 		},
 	}
@@ -221,7 +221,7 @@ func TestRender(t *testing.T) {
 				t.Errorf("volume mounts path->readOnly (-want +got):\n%s", diff)
 			}
 			for _, v := range pod.Volumes {
-				if v.HostPath != nil && !slices.Contains([]string{"/lib/modules", "/etc/modules-load.d"}, v.HostPath.Path) {
+				if v.HostPath != nil && !slices.Contains([]string{"/lib/modules", "/etc/modules-load.d", "/run/modules-load.d", "/usr/lib/modules-load.d"}, v.HostPath.Path) {
 					t.Errorf("unexpected hostPath volume %s", v.HostPath.Path)
 				}
 			}
