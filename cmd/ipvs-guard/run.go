@@ -21,6 +21,7 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/metrics"
+	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 	"github.com/ipvs-guard/ipvs-guard/pkg/server"
 )
@@ -100,12 +101,26 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 	view := agent.NewClusterView(node, cs, dyn)
 
 	root := hostfs.New(opts.root)
+	reg, am, err := metrics.NewRegistry()
+	if err != nil {
+		return err
+	}
+	if opts.remediate {
+		// Count every module load; without a loader for this root the
+		// modules check reports why it cannot load.
+		if nl, err := modules.NewNativeLoader(root); err == nil {
+			opts.loader = metrics.CountingLoader{Loader: nl, Metrics: am}
+		}
+	}
 	checkers, err := opts.checkers(ctx, root, opts.remediate)
 	if err != nil {
 		return err
 	}
 	if checkers, err = opts.withClusterARP(checkers, view, node); err != nil {
 		return err
+	}
+	for i, c := range checkers {
+		checkers[i] = metrics.Instrument(c, am)
 	}
 
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
@@ -119,26 +134,11 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 	if err != nil {
 		return err
 	}
-	var a *agent.Agent
-	reg, metricsRec, err := metrics.NewRegistry(func() metrics.Snapshot {
-		snap := metrics.Snapshot{Results: a.Store().Snapshot()}
-		for _, c := range a.Conditions() {
-			snap.Conditions = append(snap.Conditions, metrics.Condition{Type: string(c.Type), Status: string(c.Status), Reason: c.Reason})
-		}
-		for _, st := range a.Store().States() {
-			snap.Checks = append(snap.Checks, metrics.CheckRuns{Name: st.Name, Runs: st.Runs, Errors: st.Errors,
-				LastSuccess: st.LastSuccess, LastDuration: st.Duration})
-		}
-		return snap
-	})
-	if err != nil {
-		return err
-	}
 	var dirs []string
 	for _, d := range agent.DefaultModulesLoadDirs {
 		dirs = append(dirs, root.Path(d))
 	}
-	a, err = agent.New(agent.Config{
+	a, err := agent.New(agent.Config{
 		NodeName:            node,
 		Checkers:            checkers,
 		Publisher:           mgr,
@@ -148,10 +148,12 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 		ModulesLoadDirs:     dirs,
 		WatchUevents:        !opts.noUevents, // hostNetwork: the host's uevents, whatever --root is
 		MACs:                agent.HostMACs,
-		ObserveCheck:        metricsRec.ObserveCheck,
 	})
 	if err != nil {
 		return err
+	}
+	if err := reg.Register(metrics.NewCollector(metrics.StoreSnapshot(a.Store(), a.Enabled()))); err != nil {
+		return fmt.Errorf("registering state metrics: %w", err)
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
@@ -159,20 +161,23 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 		return fmt.Errorf("starting event recording: %w", err)
 	}
 	defer broadcaster.Shutdown()
-	// One server per distinct address; /metrics and the probes share one when the addresses match.
-	servers := map[string]*server.Server{}
-	for _, addr := range []string{opts.healthAddr, opts.metricsAddr} {
-		if addr == "0" || servers[addr] != nil {
-			continue
-		}
-		srv, err := server.New(addr, healthz(a, opts.resyncPeriod), readyz(a))
+	if opts.healthAddr != "0" {
+		srv, err := server.New(opts.healthAddr, healthz(a, opts.resyncPeriod), readyz(a))
 		if err != nil {
 			return err
 		}
-		if addr == opts.metricsAddr {
+		if opts.metricsAddr == opts.healthAddr {
 			srv.Handle("/metrics", metrics.Handler(reg))
 		}
-		servers[addr] = srv
+		g.Go(func() error { return srv.Run(gctx) })
+	}
+	if opts.metricsAddr != "0" && opts.metricsAddr != opts.healthAddr {
+		// The probes are served here too.
+		srv, err := server.New(opts.metricsAddr, healthz(a, opts.resyncPeriod), readyz(a))
+		if err != nil {
+			return err
+		}
+		srv.Handle("/metrics", metrics.Handler(reg))
 		g.Go(func() error { return srv.Run(gctx) })
 	}
 	g.Go(func() error { mgr.Run(gctx); return nil })

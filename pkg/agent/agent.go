@@ -75,9 +75,6 @@ type Config struct {
 	WatchUevents bool
 	// MACs returns this node's interface MACs for MACsAnnotation; nil publishes none.
 	MACs func() (map[string]string, error)
-	// ObserveCheck, when set, is called after every check run (e.g. the
-	// metrics package's reconcile duration and error counters).
-	ObserveCheck func(res check.Result, err error, d time.Duration)
 }
 
 // Agent is the node reconcile loop. Build it with New, then call Run once.
@@ -425,9 +422,6 @@ func (a *Agent) sync(ctx context.Context, key Key) error {
 	}
 	res.Name = c.Name()
 	a.store.Record(c.Name(), res, err, start, d)
-	if a.cfg.ObserveCheck != nil {
-		a.cfg.ObserveCheck(res, err, d)
-	}
 	logger.V(3).Info("Check ran", "status", res.Status, "reason", res.Reason, "duration", d)
 	a.publish(false)
 	if err != nil {

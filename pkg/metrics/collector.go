@@ -75,6 +75,7 @@ type Collector struct {
 	moduleAvailable       *prometheus.Desc
 	moduleStale           *prometheus.Desc
 	kubeProxyMode         *prometheus.Desc
+	kubeProxyStrictARP    *prometheus.Desc
 	virtualServers        *prometheus.Desc
 	virtualServersNoReal  *prometheus.Desc
 	arpProbeResult        *prometheus.Desc
@@ -125,6 +126,8 @@ func newCollector(snapshot func() Snapshot, info version.Info) *Collector {
 		moduleStale: d("modules", "stale_declaration",
 			"Whether a module is declared for boot but absent from the running kernel (1) or not (0).",
 			"module"),
+		kubeProxyStrictARP: d("kube_proxy", "strict_arp",
+			"Whether kube-proxy's configuration (/configz) has IPVS strictARP on (1) or off (0); absent when unknown."),
 		kubeProxyMode: d("kube_proxy", "mode",
 			"The proxy mode kube-proxy reports on its metrics port; the value is always 1.",
 			"mode"),
@@ -161,7 +164,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.buildInfo, c.checkStatus, c.conditionStatus, c.conditionReason,
 		c.moduleLoaded, c.moduleDeclared, c.moduleAvailable, c.moduleStale,
-		c.kubeProxyMode, c.virtualServers, c.virtualServersNoReal,
+		c.kubeProxyMode, c.kubeProxyStrictARP, c.virtualServers, c.virtualServersNoReal,
 		c.arpProbeResult, c.arpResponders, c.arpProbeRTT,
 		c.reconcileTotal, c.reconcileErrors, c.reconcileLastSuccess, c.reconcileLastDuration,
 	} {
@@ -214,6 +217,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if st.mode != "" {
 			gauge(c.kubeProxyMode, 1, st.mode)
+		}
+		if st.strictARP != nil {
+			gauge(c.kubeProxyStrictARP, boolValue(*st.strictARP))
 		}
 		if st.virtualServers != nil {
 			gauge(c.virtualServers, float64(*st.virtualServers))

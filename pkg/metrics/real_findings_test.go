@@ -15,6 +15,7 @@ import (
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
 
@@ -115,5 +116,29 @@ ipvs_guard_modules_load_attempts_total{module="ip_vs_nosuch",result="failure"} 1
 	}}, nil, time.Millisecond)
 	if got := testutil.CollectAndCount(m.arpProbeDuration); got != 1 {
 		t.Errorf("arp probe histograms from real findings: got %d, want 1", got)
+	}
+}
+
+func TestCollectorKubeProxyFinding(t *testing.T) {
+	on := true
+	snap := Snapshot{Results: []check.Result{{Name: check.NameKubeProxy, Status: check.StatusOK, Findings: []check.Finding{
+		&kubeproxy.Finding{Mode: "ipvs", StrictARP: &on, KubeIPVS0: true},
+	}}}}
+	want := `
+# HELP ipvs_guard_kube_proxy_mode The proxy mode kube-proxy reports on its metrics port; the value is always 1.
+# TYPE ipvs_guard_kube_proxy_mode gauge
+ipvs_guard_kube_proxy_mode{mode="ipvs"} 1
+# HELP ipvs_guard_kube_proxy_strict_arp Whether kube-proxy's configuration (/configz) has IPVS strictARP on (1) or off (0); absent when unknown.
+# TYPE ipvs_guard_kube_proxy_strict_arp gauge
+ipvs_guard_kube_proxy_strict_arp 1
+`
+	c := newCollector(func() Snapshot { return snap }, testInfo)
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "ipvs_guard_kube_proxy_mode", "ipvs_guard_kube_proxy_strict_arp"); err != nil {
+		t.Error(err)
+	}
+	// Unknown strictARP (no /configz) exposes no series rather than a guess.
+	snap.Results[0].Findings = []check.Finding{kubeproxy.Finding{Mode: "iptables"}}
+	if got := testutil.CollectAndCount(c, "ipvs_guard_kube_proxy_strict_arp"); got != 0 {
+		t.Errorf("strict_arp series with unknown strictARP: got %d, want 0", got)
 	}
 }

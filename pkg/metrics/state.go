@@ -7,6 +7,7 @@ import (
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
 
@@ -41,6 +42,7 @@ type resultState struct {
 	modules        []moduleState
 	arp            []arpState
 	mode           string
+	strictARP      *bool
 	virtualServers *int
 	withoutReal    *int
 }
@@ -60,6 +62,14 @@ func stateOf(r check.Result) resultState {
 		case *modules.Finding:
 			if f != nil {
 				st.modules = append(st.modules, fromModule(*f))
+			}
+			continue
+		case kubeproxy.Finding:
+			st.fromKubeProxy(f)
+			continue
+		case *kubeproxy.Finding:
+			if f != nil {
+				st.fromKubeProxy(*f)
 			}
 			continue
 		case arpcheck.Finding:
@@ -119,4 +129,14 @@ func fromARP(f arpcheck.Finding) (arpState, bool) {
 		return arpState{}, false
 	}
 	return arpState{IP: f.IP, Interface: f.Interface, Result: f.Result.String(), MACs: f.MACs, RTTSeconds: f.RTTSeconds}, true
+}
+
+func (st *resultState) fromKubeProxy(f kubeproxy.Finding) {
+	if f.Mode != "" {
+		st.mode = f.Mode
+	}
+	if f.StrictARP != nil {
+		v := *f.StrictARP
+		st.strictARP = &v
+	}
 }
