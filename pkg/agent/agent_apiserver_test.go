@@ -17,6 +17,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
@@ -271,4 +273,60 @@ func TestClusterViewAgainstAPIServer(t *testing.T) {
 	}
 	raw, _ := json.Marshal(ips)
 	t.Logf("view: %s", raw)
+}
+
+// TestClusterViewServiceL2Status installs MetalLB's real CRD after the agent
+// started: the next resync discovers it, and the announcing node and
+// interfaces of each LoadBalancer IP come from its ServiceL2Status.
+func TestClusterViewServiceL2Status(t *testing.T) {
+	s := apiservertest.Start(t, apiservertest.Options{})
+	admin := kubernetes.NewForConfigOrDie(s.AdminConfig())
+	ctx := context.Background()
+	createNode(t, admin, "node-a")
+	svc, err := admin.CoreV1().Services("default").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.10"}}
+	if _, err := admin.CoreV1().Services("default").UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	u := startAgent(t, s, "node-a", agentOptions{checks: allFakeChecks(), resync: 500 * time.Millisecond, metallb: true})
+	v := u.agent.View()
+	eventually(t, 10*time.Second, "view synced", v.HasSynced)
+	if v.HasServiceL2Status() {
+		t.Fatal("ServiceL2Status watched before its CRD exists")
+	}
+
+	if err := s.Apply(ctx, filepath.Join("testdata", "metallb.io_servicel2statuses.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "CRD discovered on a resync", v.HasServiceL2Status)
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "metallb-system"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamic.NewForConfigOrDie(s.AdminConfig())
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "metallb.io/v1beta1", "kind": "ServiceL2Status",
+		"metadata": map[string]any{"name": "l2-abcde", "namespace": "metallb-system", "labels": map[string]any{
+			"metallb.io/node": "node-b", "metallb.io/service-name": "web", "metallb.io/service-namespace": "default"}},
+	}}
+	created, err := dyn.Resource(ServiceL2StatusGVR).Namespace("metallb-system").Create(ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created.Object["status"] = map[string]any{"node": "node-b", "serviceName": "web", "serviceNamespace": "default",
+		"interfaces": []any{map[string]any{"name": "eth0"}}}
+	if _, err := dyn.Resource(ServiceL2StatusGVR).Namespace("metallb-system").UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "announcer in the view", func() bool {
+		ips, err := v.LoadBalancerIngresses()
+		return err == nil && len(ips) == 1 && ips[0].AnnouncingNode == "node-b"
+	})
+	ips, _ := v.LoadBalancerIngresses()
+	if diff := cmp.Diff([]string{"eth0"}, ips[0].AnnouncingInterfaces); diff != "" {
+		t.Errorf("interfaces (-want +got):\n%s", diff)
+	}
 }

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -153,6 +154,8 @@ type agentOptions struct {
 	macs    func() (map[string]string, error)
 	dirs    []string
 	uevents bool
+	// metallb watches ServiceL2Status through a dynamic client.
+	metallb bool
 }
 
 func startAgent(t *testing.T, s *apiservertest.Server, node string, o agentOptions) *agentUnderTest {
@@ -160,7 +163,11 @@ func startAgent(t *testing.T, s *apiservertest.Server, node string, o agentOptio
 	log := &requestLog{}
 	cfg := log.wrap(s.AdminConfig())
 	cs := kubernetes.NewForConfigOrDie(cfg)
-	view := NewClusterView(node, cs, nil)
+	var dyn dynamic.Interface
+	if o.metallb {
+		dyn = dynamic.NewForConfigOrDie(cfg)
+	}
+	view := NewClusterView(node, cs, dyn)
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
