@@ -62,7 +62,9 @@ func TestGuestLoadBalancerIPOnKubeIPVS0(t *testing.T) {
 	sh(t, "/usr/sbin/ip link add kube-ipvs0 type dummy && /usr/sbin/ip addr add 192.0.2.10/32 dev kube-ipvs0")
 	sh(t, "/usr/sbin/ip link add ig-veth0 type veth peer name ig-veth1 && /usr/sbin/ip link set ig-veth0 up && /usr/sbin/ip link set ig-veth1 up")
 
-	lb := func(context.Context) ([]netip.Addr, error) { return []netip.Addr{netip.MustParseAddr("192.0.2.10")}, nil }
+	lb := func(context.Context) ([]netip.Addr, error) {
+		return []netip.Addr{netip.MustParseAddr("192.0.2.10")}, nil
+	}
 	c, err := arpsysctl.NewChecker(arpsysctl.Config{Root: hostfs.New("/"), ReadLink: kubeproxy.ReadLink, LoadBalancerIPs: lb})
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +72,7 @@ func TestGuestLoadBalancerIPOnKubeIPVS0(t *testing.T) {
 	diagnose := func() (status, reason string) {
 		r := guest.IPVSGuard(t, "diagnose", "-o", "json", "--node-name", "guest")
 		var rep struct {
-			Raw    []struct {
+			Raw []struct {
 				Name, Status, Reason, Message string
 			} `json:"checks"`
 		}
