@@ -29,6 +29,9 @@ type checkOptions struct {
 	// schedulerFromKubeProxy, when set, reads the IPVS scheduler kube-proxy
 	// is configured with (the /configz or ConfigMap lookup).
 	schedulerFromKubeProxy func(ctx context.Context) (string, error)
+	// loader, when set, loads modules for the modules check (the agent
+	// passes one that counts load attempts); nil uses the native loader.
+	loader modules.Loader
 }
 
 func (o *checkOptions) addFlags(cmd *cobra.Command) {
@@ -121,6 +124,7 @@ func (o *checkOptions) checkers(ctx context.Context, root hostfs.Root, remediate
 			Root:      root,
 			Scheduler: o.ipvsScheduler(ctx),
 			Remediate: remediate,
+			Loader:    o.loader,
 		}),
 	}
 	ipvsChecks, err := o.ipvsCheckers(root, kube)

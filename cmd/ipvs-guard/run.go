@@ -3,21 +3,213 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
+	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+	"github.com/ipvs-guard/ipvs-guard/pkg/metrics"
+	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
+	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
+	"github.com/ipvs-guard/ipvs-guard/pkg/server"
 )
 
+// runOptions are the flags of `ipvs-guard run` on top of the shared check flags.
+type runOptions struct {
+	checkOptions
+	remediate    bool
+	resyncPeriod time.Duration
+	metricsAddr  string
+	healthAddr   string
+	noUevents    bool
+	initialDelay time.Duration
+	apiQPS       float32
+	apiBurst     int
+}
+
 func newRunCommand() *cobra.Command {
-	var opts checkOptions
+	var opts runOptions
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the node agent: reconcile loop, Node conditions, Events and metrics",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return errors.New("the agent is not built yet")
+			return runAgent(cmd.Context(), &opts)
 		},
 	}
 	opts.addFlags(cmd)
+	f := cmd.Flags()
+	f.BoolVar(&opts.remediate, "remediate", false, "load missing modules and write the modules-load.d declaration file")
+	f.DurationVar(&opts.resyncPeriod, "resync-period", agent.DefaultResyncPeriod, "re-run every check this often (kernel state has no watch)")
+	f.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8080", "address of the /metrics endpoint (\"0\" disables it)")
+	f.StringVar(&opts.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (\"0\" disables it)")
+	f.BoolVar(&opts.noUevents, "no-uevents", false, "do not listen for kernel module uevents (rely on the resync period)")
+	f.DurationVar(&opts.initialDelay, "initial-publish-delay", agent.DefaultInitialPublishDelay, "publish conditions after this long even if a check has not finished")
+	f.Float32Var(&opts.apiQPS, "kube-api-qps", 5, "queries per second to the API server")
+	f.IntVar(&opts.apiBurst, "kube-api-burst", 10, "burst of queries to the API server")
 	return cmd
+}
+
+// restConfig returns the kubeconfig's config, else the in-cluster one.
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
+		}
+		return cfg, nil
+	}
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
+	}
+	return cfg, nil
+}
+
+func runAgent(ctx context.Context, opts *runOptions) error {
+	logger := klog.FromContext(ctx)
+	node := opts.node()
+	if node == "" {
+		return errors.New("no node name: set NODE_NAME or --node-name")
+	}
+	cfg, err := restConfig(opts.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.UserAgent = "ipvs-guard"
+	cfg.QPS, cfg.Burst = opts.apiQPS, opts.apiBurst
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("building clientset: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("building dynamic client: %w", err)
+	}
+	view := agent.NewClusterView(node, cs, dyn)
+
+	root := hostfs.New(opts.root)
+	reg, am, err := metrics.NewRegistry()
+	if err != nil {
+		return err
+	}
+	if opts.remediate {
+		// Count every module load; without a loader for this root the
+		// modules check reports why it cannot load.
+		if nl, err := modules.NewNativeLoader(root); err == nil {
+			opts.loader = metrics.CountingLoader{Loader: nl, Metrics: am}
+		}
+	}
+	checkers, err := opts.checkers(ctx, root, opts.remediate)
+	if err != nil {
+		return err
+	}
+	if checkers, err = opts.withClusterARP(checkers, view, node); err != nil {
+		return err
+	}
+	for i, c := range checkers {
+		checkers[i] = metrics.Instrument(c, am)
+	}
+
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, nodestatus.ReportingController)
+	mgr, err := nodestatus.NewManager(nodestatus.ManagerConfig{
+		NodeName:   node,
+		Client:     nodestatus.NewClient(cs),
+		Recorder:   recorder,
+		CachedNode: view.Node,
+	})
+	if err != nil {
+		return err
+	}
+	var dirs []string
+	for _, d := range agent.DefaultModulesLoadDirs {
+		dirs = append(dirs, root.Path(d))
+	}
+	a, err := agent.New(agent.Config{
+		NodeName:            node,
+		Checkers:            checkers,
+		Publisher:           mgr,
+		View:                view,
+		ResyncPeriod:        opts.resyncPeriod,
+		InitialPublishDelay: opts.initialDelay,
+		ModulesLoadDirs:     dirs,
+		WatchUevents:        !opts.noUevents, // hostNetwork: the host's uevents, whatever --root is
+		MACs:                agent.HostMACs,
+	})
+	if err != nil {
+		return err
+	}
+	if err := reg.Register(metrics.NewCollector(metrics.StoreSnapshot(a.Store(), a.Enabled()))); err != nil {
+		return fmt.Errorf("registering state metrics: %w", err)
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	if err := broadcaster.StartRecordingToSinkWithContext(gctx); err != nil {
+		return fmt.Errorf("starting event recording: %w", err)
+	}
+	defer broadcaster.Shutdown()
+	if opts.healthAddr != "0" {
+		srv, err := server.New(opts.healthAddr, healthz(a, opts.resyncPeriod), readyz(a))
+		if err != nil {
+			return err
+		}
+		if opts.metricsAddr == opts.healthAddr {
+			srv.Handle("/metrics", metrics.Handler(reg))
+		}
+		g.Go(func() error { return srv.Run(gctx) })
+	}
+	if opts.metricsAddr != "0" && opts.metricsAddr != opts.healthAddr {
+		// The probes are served here too.
+		srv, err := server.New(opts.metricsAddr, healthz(a, opts.resyncPeriod), readyz(a))
+		if err != nil {
+			return err
+		}
+		srv.Handle("/metrics", metrics.Handler(reg))
+		g.Go(func() error { return srv.Run(gctx) })
+	}
+	g.Go(func() error { mgr.Run(gctx); return nil })
+	g.Go(func() error { return a.Run(gctx) })
+	logger.Info("ipvs-guard agent running", "node", node, "checks", a.Enabled(), "remediate", opts.remediate)
+	if err := g.Wait(); err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil
+}
+
+// healthz fails when the worker has not finished a sync for three resync periods.
+func healthz(a *agent.Agent, resync time.Duration) server.Check {
+	started := time.Now()
+	return func() error {
+		last := a.LastSync()
+		if last.IsZero() {
+			last = started
+		}
+		if d := time.Since(last); d > 3*resync+time.Minute {
+			return fmt.Errorf("no sync finished for %s", d.Round(time.Second))
+		}
+		return nil
+	}
+}
+
+// readyz passes once the first full set of conditions was published.
+func readyz(a *agent.Agent) server.Check {
+	return func() error {
+		if !a.Ready() {
+			return errors.New("first check pass not finished")
+		}
+		return nil
+	}
 }

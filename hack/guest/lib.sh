@@ -7,7 +7,8 @@
 #   $CACHE_DIR/guest/<kver>/vmlinuz          the kernel image (bzImage)
 #   $CACHE_DIR/guest/<kver>/vmlinux          the same kernel as an ELF, booted via PVH
 #   $CACHE_DIR/guest/<kver>/base-<key>.cpio  busybox, tools, libraries, module closure
-#   $CACHE_DIR/guest/runs/<name>/            the last run's payload, initrd and console log
+#   $CACHE_DIR/guest/runs/<name>-<pid>/      one run's payload, initrd, console (removed after)
+#   $CACHE_DIR/guest/runs/test-guest.console.log  the console of the last `make test-guest`
 # See hack/guest/README.md for the conventions other tiers rely on.
 
 # shellcheck source=../lib.sh
@@ -157,7 +158,13 @@ guest_copy_file() {
 # library ldd names and the dynamic loader.
 guest_copy_binary() {
 	local src=$1 stage=$2 dst=${3:-}
-	[ -e "$src" ] || die "binary $src not found on the host"
+	if [ ! -e "$src" ]; then
+		# Not where the manifest says (a host without merged /usr?): use PATH.
+		local found
+		found=$(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin command -v "${src##*/}") || die "binary $src not found on the host"
+		[ -n "$dst" ] || dst=$src
+		src=$found
+	fi
 	guest_copy_file "$src" "$stage" "$dst"
 	local lib
 	while read -r lib; do

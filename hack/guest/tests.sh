@@ -24,7 +24,7 @@ guest_funcs() {
 	local dir=$1 prefix=$2 f
 	for f in "$REPO_ROOT/$dir"/*_test.go; do
 		grep -qE '^//go:build .*\bguest\b' "$f" || continue
-		sed -nE "s/^func (${prefix}[A-Za-z0-9_]*)\((t|b) \*testing\.[TB]\).*/\1/p" "$f"
+		sed -nE "s/^func (${prefix}[A-Za-z0-9_]*)\([A-Za-z_][A-Za-z0-9_]* \*testing\.[TB]\).*/\1/p" "$f"
 	done | sort -u
 }
 

@@ -92,5 +92,9 @@ check "version text" "$text" "ipvs-guard $VERSION (commit $COMMIT, built $BUILD_
 
 size=$(as_root podman --storage-driver overlay image inspect --format '{{.Size}}' "$IMAGE")
 log "image $IMAGE: $size bytes ($((size / 1024 / 1024)) MiB)"
+# Keep storage small: drop earlier builds of this repository's image.
+for old in $("${bah[@]}" images --format '{{.Name}}:{{.Tag}}' --filter reference=localhost/ipvs-guard 2>/dev/null); do
+	[ "$old" = "$IMAGE" ] || "${bah[@]}" rmi "$old" >/dev/null 2>&1 || true
+done
 [ $fail = 0 ] || die "image checks failed"
 log "image checks passed"

@@ -15,10 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -59,10 +55,9 @@ type Config struct {
 	Store *results.Store
 	// Publisher receives conditions and the MAC annotation; nil publishes nothing.
 	Publisher Publisher
-	// Client feeds the informers; nil runs node-local only (no ClusterView data).
-	Client kubernetes.Interface
-	// Dynamic, with Client, watches MetalLB's ServiceL2Status when its CRD exists.
-	Dynamic dynamic.Interface
+	// View is the cluster view whose informers wake the loop; Run starts
+	// them. Nil runs node-local only.
+	View *ClusterView
 	// Clock drives the resync ticker, the initial publish delay and the
 	// workqueue's backoff; nil means the real clock.
 	Clock clock.WithTicker
@@ -90,9 +85,6 @@ type Agent struct {
 	store    *results.Store
 	queue    workqueue.TypedRateLimitingInterface[Key]
 	view     *ClusterView
-
-	factory    informers.SharedInformerFactory
-	dynFactory dynamicinformer.DynamicSharedInformerFactory
 
 	// published turns true once conditions were first handed to the publisher.
 	published atomic.Bool
@@ -138,8 +130,9 @@ func New(cfg Config) (*Agent, error) {
 	a.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[Key](500*time.Millisecond, max(cfg.ResyncPeriod, 5*time.Second)),
 		workqueue.TypedRateLimitingQueueConfig[Key]{Name: "ipvs-guard", Clock: cfg.Clock})
-	if cfg.Client != nil {
-		a.setupInformers()
+	if cfg.View != nil {
+		a.view = cfg.View
+		a.addHandlers()
 	}
 	return a, nil
 }
@@ -166,16 +159,9 @@ func (a *Agent) LastSync() time.Time {
 	return time.Unix(0, n)
 }
 
-func (a *Agent) setupInformers() {
-	a.factory = informers.NewSharedInformerFactory(a.cfg.Client, 0)
-	svcInf := a.factory.Core().V1().Services()
-	_ = svcInf.Informer().SetTransform(stripService)
-	nodeInf := a.factory.Core().V1().Nodes()
-	_ = nodeInf.Informer().SetTransform(stripNode)
-	a.view = NewClusterView(a.cfg.NodeName, svcInf.Lister(), svcInf.Informer().HasSynced, nodeInf.Lister(), nodeInf.Informer().HasSynced)
-
+func (a *Agent) addHandlers() {
 	lbKeys := []Key{check.NameIPVS, check.NameARPSysctls, check.NameARP}
-	_, _ = svcInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, _ = a.view.svcInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if isLB(obj) {
 				a.enqueue(lbKeys...)
@@ -192,7 +178,7 @@ func (a *Agent) setupInformers() {
 			}
 		},
 	})
-	_, _ = nodeInf.Informer().AddEventHandler(cache.FilteringResourceEventHandler{
+	_, _ = a.view.nodeInformer.AddEventHandler(cache.FilteringResourceEventHandler{
 		FilterFunc: func(obj any) bool {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
@@ -205,9 +191,6 @@ func (a *Agent) setupInformers() {
 			UpdateFunc: func(any, any) { a.enqueue(KeyNode) },
 		},
 	})
-	if a.cfg.Dynamic != nil {
-		a.dynFactory = dynamicinformer.NewDynamicSharedInformerFactory(a.cfg.Dynamic, 0)
-	}
 }
 
 func isLB(obj any) bool {
@@ -267,12 +250,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer a.queue.ShutDown()
 
-	if a.factory != nil {
-		a.factory.Start(ctx.Done())
-		defer a.factory.Shutdown()
+	if a.view != nil {
+		a.view.factory.Start(ctx.Done())
+		defer a.view.factory.Shutdown()
 		a.discoverL2(ctx)
-		if a.dynFactory != nil {
-			defer a.dynFactory.Shutdown()
+		if a.view.dynFactory != nil {
+			defer a.view.dynFactory.Shutdown()
 		}
 	}
 
@@ -334,7 +317,7 @@ func (a *Agent) resyncLoop(ctx context.Context, dirs *dirWatcher) {
 			if dirs != nil {
 				dirs.Rescan(ctx)
 			}
-			if a.factory != nil {
+			if a.view != nil {
 				a.discoverL2(ctx)
 			}
 			a.enqueueAll()
@@ -357,7 +340,7 @@ func (a *Agent) initialPublishTimer(ctx context.Context) {
 
 // discoverL2 starts the ServiceL2Status informer once discovery shows the CRD.
 func (a *Agent) discoverL2(ctx context.Context) {
-	if a.dynFactory == nil {
+	if a.view.dynFactory == nil {
 		return
 	}
 	a.l2Mu.Lock()
@@ -365,7 +348,7 @@ func (a *Agent) discoverL2(ctx context.Context) {
 	if a.l2Started {
 		return
 	}
-	list, err := a.cfg.Client.Discovery().ServerResourcesForGroupVersion(ServiceL2StatusGVR.GroupVersion().String())
+	list, err := a.view.client.Discovery().ServerResourcesForGroupVersion(ServiceL2StatusGVR.GroupVersion().String())
 	if err != nil {
 		if !apierrors.IsNotFound(err) {
 			klog.FromContext(ctx).V(2).Info("Cannot discover MetalLB ServiceL2Status yet", "err", err)
@@ -381,7 +364,7 @@ func (a *Agent) discoverL2(ctx context.Context) {
 	if !found {
 		return
 	}
-	inf := a.dynFactory.ForResource(ServiceL2StatusGVR)
+	inf := a.view.dynFactory.ForResource(ServiceL2StatusGVR)
 	_ = inf.Informer().SetTransform(func(obj any) (any, error) {
 		if m, ok := obj.(metav1.Object); ok {
 			m.SetManagedFields(nil)
@@ -394,7 +377,7 @@ func (a *Agent) discoverL2(ctx context.Context) {
 		DeleteFunc: func(any) { a.enqueue(check.NameARP) },
 	})
 	a.view.setL2(inf.Lister(), inf.Informer().HasSynced)
-	a.dynFactory.Start(ctx.Done())
+	a.view.dynFactory.Start(ctx.Done())
 	a.l2Started = true
 	klog.FromContext(ctx).Info("Watching MetalLB ServiceL2Status")
 }
@@ -477,4 +460,10 @@ func (a *Agent) publish(force bool) {
 	}
 	a.published.Store(true)
 	a.cfg.Publisher.SetConditions(nodestatus.Conditions(a.store.Snapshot(), a.enabled))
+}
+
+// Conditions returns the Node conditions computed from the latest results
+// (what the publisher was last handed, or would be).
+func (a *Agent) Conditions() []nodestatus.Condition {
+	return nodestatus.Conditions(a.store.Snapshot(), a.enabled)
 }

@@ -17,6 +17,10 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 )
@@ -43,11 +47,18 @@ type LoadBalancerIngress struct {
 }
 
 // ClusterView is a read-only view of the cluster state checks need, served
-// from the agent's informer caches (no API request per call). It keeps
-// answering from the last known state while the API server is down. Safe for
-// concurrent use.
+// from informer caches (no API request per call). It keeps answering from the
+// last known state while the API server is down. Safe for concurrent use.
+//
+// Build it with NewClusterView before the checkers (the ARP checker's targets
+// read it), hand it to the Agent in Config.View; Agent.Run starts its informers.
 type ClusterView struct {
 	nodeName       string
+	client         kubernetes.Interface
+	factory        informers.SharedInformerFactory
+	dynFactory     dynamicinformer.DynamicSharedInformerFactory
+	svcInformer    cache.SharedIndexInformer
+	nodeInformer   cache.SharedIndexInformer
 	services       corelisters.ServiceLister
 	nodes          corelisters.NodeLister
 	servicesSynced cache.InformerSynced
@@ -59,11 +70,27 @@ type ClusterView struct {
 	l2Synced cache.InformerSynced
 }
 
-// NewClusterView returns a view over the given listers. It is exported for
-// tests of consumers; the agent builds its own from its informers.
-func NewClusterView(nodeName string, services corelisters.ServiceLister, servicesSynced cache.InformerSynced,
-	nodes corelisters.NodeLister, nodesSynced cache.InformerSynced) *ClusterView {
-	return &ClusterView{nodeName: nodeName, services: services, servicesSynced: servicesSynced, nodes: nodes, nodesSynced: nodesSynced}
+// NewClusterView sets up (without starting) informers for Services, Nodes
+// and, when dyn is not nil and the CRD exists, MetalLB's ServiceL2Status.
+// All Nodes are watched, not only the agent's own: the ARP check shards IPs
+// over the Ready nodes and names responders from every node's MACs. Caches
+// are stripped of what is never read (managed fields, images, volumes).
+func NewClusterView(nodeName string, client kubernetes.Interface, dyn dynamic.Interface) *ClusterView {
+	f := informers.NewSharedInformerFactory(client, 0)
+	svc := f.Core().V1().Services()
+	_ = svc.Informer().SetTransform(stripService)
+	nodes := f.Core().V1().Nodes()
+	_ = nodes.Informer().SetTransform(stripNode)
+	v := &ClusterView{
+		nodeName: nodeName, client: client, factory: f,
+		svcInformer: svc.Informer(), nodeInformer: nodes.Informer(),
+		services: svc.Lister(), servicesSynced: svc.Informer().HasSynced,
+		nodes: nodes.Lister(), nodesSynced: nodes.Informer().HasSynced,
+	}
+	if dyn != nil {
+		v.dynFactory = dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	}
+	return v
 }
 
 func (v *ClusterView) setL2(l cache.GenericLister, synced cache.InformerSynced) {
@@ -241,4 +268,32 @@ func (v *ClusterView) NodeForMAC(mac net.HardwareAddr) (node, iface string, ok b
 		}
 	}
 	return "", "", false
+}
+
+// NodeMACs returns the MACs node published (MACsAnnotation), sorted by
+// interface name; nil when it published none or the cache is not synced.
+func (v *ClusterView) NodeMACs(node string) []net.HardwareAddr {
+	if v == nil || !v.nodesSynced() || node == "" {
+		return nil
+	}
+	n, err := v.nodes.Get(node)
+	if err != nil {
+		return nil
+	}
+	macs, err := DecodeMACs(n.Annotations[MACsAnnotation])
+	if err != nil {
+		return nil
+	}
+	names := make([]string, 0, len(macs))
+	for k := range macs {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	var out []net.HardwareAddr
+	for _, k := range names {
+		if hw, err := net.ParseMAC(macs[k]); err == nil {
+			out = append(out, hw)
+		}
+	}
+	return out
 }

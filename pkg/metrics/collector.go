@@ -4,6 +4,7 @@ package metrics
 
 import (
 	"sort"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -33,14 +34,29 @@ type Condition struct {
 	Reason string
 }
 
+// CheckRuns is the reconcile loop's record of one check.
+type CheckRuns struct {
+	// Name is the check's name.
+	Name string
+	// Runs counts finished runs; Errors those that ended in an infrastructure error.
+	Runs, Errors uint64
+	// LastSuccess is when the latest run without an infrastructure error
+	// started; zero if none yet.
+	LastSuccess time.Time
+	// LastDuration is how long the latest run took.
+	LastDuration time.Duration
+}
+
 // Snapshot is what the collector reads on every scrape: the latest result of
-// every check, and the conditions computed from them.
+// every check, the conditions computed from them and the loop's run counts.
 type Snapshot struct {
 	// Results are the latest results, one per check.
 	Results []check.Result
 	// Conditions are the Node conditions ipvs-guard owns; nil means none are
 	// exposed (e.g. diagnose, which publishes no conditions).
 	Conditions []Condition
+	// Checks are the reconcile loop's run counts, one per enabled check.
+	Checks []CheckRuns
 }
 
 // Collector exposes the node's current state as const metrics computed from a
@@ -50,20 +66,24 @@ type Collector struct {
 	snapshot func() Snapshot
 	info     version.Info
 
-	buildInfo            *prometheus.Desc
-	checkStatus          *prometheus.Desc
-	conditionStatus      *prometheus.Desc
-	conditionReason      *prometheus.Desc
-	moduleLoaded         *prometheus.Desc
-	moduleDeclared       *prometheus.Desc
-	moduleAvailable      *prometheus.Desc
-	moduleStale          *prometheus.Desc
-	kubeProxyMode        *prometheus.Desc
-	virtualServers       *prometheus.Desc
-	virtualServersNoReal *prometheus.Desc
-	arpProbeResult       *prometheus.Desc
-	arpResponders        *prometheus.Desc
-	arpProbeRTT          *prometheus.Desc
+	buildInfo             *prometheus.Desc
+	checkStatus           *prometheus.Desc
+	conditionStatus       *prometheus.Desc
+	conditionReason       *prometheus.Desc
+	moduleLoaded          *prometheus.Desc
+	moduleDeclared        *prometheus.Desc
+	moduleAvailable       *prometheus.Desc
+	moduleStale           *prometheus.Desc
+	kubeProxyMode         *prometheus.Desc
+	virtualServers        *prometheus.Desc
+	virtualServersNoReal  *prometheus.Desc
+	arpProbeResult        *prometheus.Desc
+	arpResponders         *prometheus.Desc
+	arpProbeRTT           *prometheus.Desc
+	reconcileTotal        *prometheus.Desc
+	reconcileErrors       *prometheus.Desc
+	reconcileLastSuccess  *prometheus.Desc
+	reconcileLastDuration *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -121,6 +141,18 @@ func newCollector(snapshot func() Snapshot, info version.Info) *Collector {
 		arpProbeRTT: d("arp", "probe_rtt_seconds",
 			"Round-trip time of the first reply to the latest ARP probe of a LoadBalancer IP (absent when nothing answered).",
 			"ip", "interface"),
+		reconcileTotal: d("reconcile", "total",
+			"Number of finished check runs by the reconcile loop, by check.",
+			"check"),
+		reconcileErrors: d("reconcile", "errors_total",
+			"Number of check runs that could not complete (infrastructure errors such as EPERM on netlink), by check.",
+			"check"),
+		reconcileLastSuccess: d("reconcile", "last_success_timestamp_seconds",
+			"Unix time the last check run without an infrastructure error started, by check (absent before the first).",
+			"check"),
+		reconcileLastDuration: d("reconcile", "last_duration_seconds",
+			"Duration of the latest check run, including any remediation, by check.",
+			"check"),
 	}
 }
 
@@ -131,6 +163,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.moduleLoaded, c.moduleDeclared, c.moduleAvailable, c.moduleStale,
 		c.kubeProxyMode, c.virtualServers, c.virtualServersNoReal,
 		c.arpProbeResult, c.arpResponders, c.arpProbeRTT,
+		c.reconcileTotal, c.reconcileErrors, c.reconcileLastSuccess, c.reconcileLastDuration,
 	} {
 		ch <- d
 	}
@@ -144,6 +177,16 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.buildInfo, 1, c.info.Version, c.info.Commit, c.info.BuildDate, c.info.GoVersion, c.info.Platform)
 
 	snap := c.snapshot()
+	for _, r := range snap.Checks {
+		ch <- prometheus.MustNewConstMetric(c.reconcileTotal, prometheus.CounterValue, float64(r.Runs), r.Name)
+		ch <- prometheus.MustNewConstMetric(c.reconcileErrors, prometheus.CounterValue, float64(r.Errors), r.Name)
+		if !r.LastSuccess.IsZero() {
+			gauge(c.reconcileLastSuccess, float64(r.LastSuccess.UnixNano())/1e9, r.Name)
+		}
+		if r.Runs > 0 {
+			gauge(c.reconcileLastDuration, r.LastDuration.Seconds(), r.Name)
+		}
+	}
 	for _, cond := range snap.Conditions {
 		for _, s := range conditionStatuses {
 			gauge(c.conditionStatus, boolValue(cond.Status == s), cond.Type, s)

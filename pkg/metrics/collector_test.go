@@ -5,6 +5,7 @@ package metrics
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -262,5 +263,34 @@ func TestCollectorLint(t *testing.T) {
 	}
 	for _, p := range problems {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+func TestCollectorReconcileRuns(t *testing.T) {
+	snap := Snapshot{Checks: []CheckRuns{
+		{Name: check.NameModules, Runs: 3, Errors: 1, LastSuccess: time.Unix(1700000000, 500000000), LastDuration: 250 * time.Millisecond},
+		{Name: check.NameARP}, // enabled, never ran
+	}}
+	want := `
+# HELP ipvs_guard_reconcile_errors_total Number of check runs that could not complete (infrastructure errors such as EPERM on netlink), by check.
+# TYPE ipvs_guard_reconcile_errors_total counter
+ipvs_guard_reconcile_errors_total{check="arp"} 0
+ipvs_guard_reconcile_errors_total{check="modules"} 1
+# HELP ipvs_guard_reconcile_last_duration_seconds Duration of the latest check run, including any remediation, by check.
+# TYPE ipvs_guard_reconcile_last_duration_seconds gauge
+ipvs_guard_reconcile_last_duration_seconds{check="modules"} 0.25
+# HELP ipvs_guard_reconcile_last_success_timestamp_seconds Unix time the last check run without an infrastructure error started, by check (absent before the first).
+# TYPE ipvs_guard_reconcile_last_success_timestamp_seconds gauge
+ipvs_guard_reconcile_last_success_timestamp_seconds{check="modules"} 1.7000000005e+09
+# HELP ipvs_guard_reconcile_total Number of finished check runs by the reconcile loop, by check.
+# TYPE ipvs_guard_reconcile_total counter
+ipvs_guard_reconcile_total{check="arp"} 0
+ipvs_guard_reconcile_total{check="modules"} 3
+`
+	c := newCollector(func() Snapshot { return snap }, testInfo)
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
+		"ipvs_guard_reconcile_total", "ipvs_guard_reconcile_errors_total",
+		"ipvs_guard_reconcile_last_success_timestamp_seconds", "ipvs_guard_reconcile_last_duration_seconds"); err != nil {
+		t.Error(err)
 	}
 }

@@ -20,36 +20,23 @@ const (
 	LoadFailed = "failure"
 )
 
-// Metrics holds the activity metrics: what the agent did, as opposed to the
-// state the [Collector] reports. Its methods are safe for concurrent use.
+// Metrics holds the activity metrics that need an observation per event
+// (histograms and the module load counter); run counts, errors and the last
+// success come from the loop's own record through the [Collector]. Its
+// methods are safe for concurrent use.
 type Metrics struct {
-	reconcileTotal       *prometheus.CounterVec
-	reconcileErrors      *prometheus.CounterVec
-	reconcileDuration    *prometheus.HistogramVec
-	reconcileLastSuccess *prometheus.GaugeVec
-	moduleLoads          *prometheus.CounterVec
-	arpProbeDuration     *prometheus.HistogramVec
+	reconcileDuration *prometheus.HistogramVec
+	moduleLoads       *prometheus.CounterVec
+	arpProbeDuration  *prometheus.HistogramVec
 }
 
 // NewMetrics creates the activity metrics and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		reconcileTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "reconcile", Name: "total",
-			Help: "Number of check runs by the reconcile loop, by check and outcome status.",
-		}, []string{"check", "status"}),
-		reconcileErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "reconcile", Name: "errors_total",
-			Help: "Number of check runs that could not complete (infrastructure errors such as EPERM on netlink), by check.",
-		}, []string{"check"}),
 		reconcileDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace, Subsystem: "reconcile", Name: "duration_seconds",
 			Help:    "Duration of one check run by the reconcile loop, including any remediation, by check.",
 			Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
-		}, []string{"check"}),
-		reconcileLastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Subsystem: "reconcile", Name: "last_success_timestamp_seconds",
-			Help: "Unix time of the last check run that completed without an infrastructure error, by check.",
 		}, []string{"check"}),
 		moduleLoads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "modules", Name: "load_attempts_total",
@@ -57,14 +44,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"module", "result"}),
 		arpProbeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace, Subsystem: "arp", Name: "probe_duration_seconds",
-			Help:    "Time from sending an ARP probe of a LoadBalancer IP to its first reply (the whole window when none came), by result.",
+			Help:    "Time from sending an ARP probe of a LoadBalancer IP to its first reply, by result.",
 			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5},
 		}, []string{"result"}),
 	}
-	for _, c := range []prometheus.Collector{
-		m.reconcileTotal, m.reconcileErrors, m.reconcileDuration, m.reconcileLastSuccess,
-		m.moduleLoads, m.arpProbeDuration,
-	} {
+	for _, c := range []prometheus.Collector{m.reconcileDuration, m.moduleLoads, m.arpProbeDuration} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering activity metrics: %w", err)
 		}
@@ -72,22 +56,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// ObserveCheck records one run of a check by the reconcile loop: res is what
-// it returned, err its infrastructure error (nil when it ran), d how long it
-// took and now when it finished. ARP findings' round-trip times feed the probe
-// duration histogram.
-func (m *Metrics) ObserveCheck(res check.Result, err error, d time.Duration, now time.Time) {
-	name := res.Name
-	status := res.Status
-	if err != nil || status == check.StatusError {
-		status = check.StatusError
-		m.reconcileErrors.WithLabelValues(name).Inc()
-	} else {
-		m.reconcileLastSuccess.WithLabelValues(name).Set(float64(now.UnixNano()) / 1e9)
-	}
-	m.reconcileTotal.WithLabelValues(name, string(status)).Inc()
-	m.reconcileDuration.WithLabelValues(name).Observe(d.Seconds())
-	if name == check.NameARP && err == nil {
+// ObserveCheck records one run of a check: res is what it returned, err its
+// infrastructure error, d how long it took. The round-trip times in ARP
+// findings feed the probe duration histogram. [Instrument] calls it.
+func (m *Metrics) ObserveCheck(res check.Result, err error, d time.Duration) {
+	m.reconcileDuration.WithLabelValues(res.Name).Observe(d.Seconds())
+	if res.Name == check.NameARP && err == nil {
 		for _, a := range stateOf(res).arp {
 			if a.RTTSeconds > 0 {
 				m.arpProbeDuration.WithLabelValues(a.Result).Observe(a.RTTSeconds)
@@ -112,19 +86,17 @@ func (m *Metrics) ObserveARPProbe(result string, d time.Duration) {
 	m.arpProbeDuration.WithLabelValues(result).Observe(d.Seconds())
 }
 
-// NewRegistry returns the registry `ipvs-guard run` serves on /metrics: Go
-// runtime and process metrics, the state [Collector] over snapshot and the
-// activity [Metrics], which it also returns for the loop to record into.
-func NewRegistry(snapshot func() Snapshot) (*prometheus.Registry, *Metrics, error) {
+// NewRegistry returns the registry `ipvs-guard run` serves on /metrics with
+// the Go runtime and process metrics and the activity [Metrics], which it also
+// returns for [Instrument] and [CountingLoader]. Register the state
+// [Collector] on it once the results store exists.
+func NewRegistry() (*prometheus.Registry, *Metrics, error) {
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(collectors.NewGoCollector()); err != nil {
 		return nil, nil, fmt.Errorf("registering Go metrics: %w", err)
 	}
 	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, nil, fmt.Errorf("registering process metrics: %w", err)
-	}
-	if err := reg.Register(NewCollector(snapshot)); err != nil {
-		return nil, nil, fmt.Errorf("registering state metrics: %w", err)
 	}
 	m, err := NewMetrics(reg)
 	if err != nil {

@@ -4,6 +4,9 @@ package metrics
 
 import (
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -20,15 +23,13 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Unix(1700000000, 0)
-	m.ObserveCheck(check.Result{Name: check.NameModules, Status: check.StatusOK}, nil, 20*time.Millisecond, now)
-	m.ObserveCheck(check.Result{Name: check.NameModules, Status: check.StatusProblem}, nil, 20*time.Millisecond, now.Add(time.Minute))
-	m.ObserveCheck(check.Errored(check.NameIPVS, errors.New("EPERM")), nil, time.Millisecond, now.Add(2*time.Minute))
-	m.ObserveCheck(check.Result{Name: check.NameIPVS}, errors.New("netlink: EPERM"), time.Millisecond, now.Add(3*time.Minute))
+	m.ObserveCheck(check.Result{Name: check.NameModules, Status: check.StatusOK}, nil, 20*time.Millisecond)
+	m.ObserveCheck(check.Result{Name: check.NameModules, Status: check.StatusProblem}, nil, 3*time.Second)
+	m.ObserveCheck(check.Result{Name: check.NameIPVS}, errors.New("netlink: EPERM"), time.Millisecond)
 	m.ObserveCheck(check.Result{Name: check.NameARP, Status: check.StatusProblem, Findings: []check.Finding{
 		arpFinding{IP: "192.0.2.10", Interface: "eth0", Result: "answered", MACs: []string{"02:00:00:00:00:01"}, RTTSeconds: 0.0008},
 		arpFinding{IP: "192.0.2.11", Interface: "eth0", Result: "no-reply"},
-	}}, nil, 300*time.Millisecond, now.Add(4*time.Minute))
+	}}, nil, 300*time.Millisecond)
 	m.ObserveModuleLoad("ip_vs_lc", nil)
 	m.ObserveModuleLoad("ip_vs_nosuch", errors.New("not found"))
 	m.ObserveModuleLoad("ip_vs_nosuch", errors.New("not found"))
@@ -38,31 +39,31 @@ func TestMetrics(t *testing.T) {
 # TYPE ipvs_guard_modules_load_attempts_total counter
 ipvs_guard_modules_load_attempts_total{module="ip_vs_lc",result="success"} 1
 ipvs_guard_modules_load_attempts_total{module="ip_vs_nosuch",result="failure"} 2
-# HELP ipvs_guard_reconcile_errors_total Number of check runs that could not complete (infrastructure errors such as EPERM on netlink), by check.
-# TYPE ipvs_guard_reconcile_errors_total counter
-ipvs_guard_reconcile_errors_total{check="ipvs"} 2
-# HELP ipvs_guard_reconcile_last_success_timestamp_seconds Unix time of the last check run that completed without an infrastructure error, by check.
-# TYPE ipvs_guard_reconcile_last_success_timestamp_seconds gauge
-ipvs_guard_reconcile_last_success_timestamp_seconds{check="arp"} 1.70000024e+09
-ipvs_guard_reconcile_last_success_timestamp_seconds{check="modules"} 1.70000006e+09
-# HELP ipvs_guard_reconcile_total Number of check runs by the reconcile loop, by check and outcome status.
-# TYPE ipvs_guard_reconcile_total counter
-ipvs_guard_reconcile_total{check="arp",status="problem"} 1
-ipvs_guard_reconcile_total{check="ipvs",status="error"} 2
-ipvs_guard_reconcile_total{check="modules",status="ok"} 1
-ipvs_guard_reconcile_total{check="modules",status="problem"} 1
+# HELP ipvs_guard_arp_probe_duration_seconds Time from sending an ARP probe of a LoadBalancer IP to its first reply, by result.
+# TYPE ipvs_guard_arp_probe_duration_seconds histogram
+ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.0005"} 0
+ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.001"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.0025"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.005"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.01"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.025"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.05"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.1"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.25"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.5"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="1"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="2.5"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="+Inf"} 1
+ipvs_guard_arp_probe_duration_seconds_sum{result="answered"} 0.0008
+ipvs_guard_arp_probe_duration_seconds_count{result="answered"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
-		"ipvs_guard_modules_load_attempts_total", "ipvs_guard_reconcile_errors_total",
-		"ipvs_guard_reconcile_last_success_timestamp_seconds", "ipvs_guard_reconcile_total"); err != nil {
+		"ipvs_guard_modules_load_attempts_total", "ipvs_guard_arp_probe_duration_seconds"); err != nil {
 		t.Error(err)
 	}
+	// One histogram per check; the 3 s modules run lands above the 2.5 s bucket.
 	if got := testutil.CollectAndCount(m.reconcileDuration); got != 3 {
 		t.Errorf("duration histograms: got %d, want 3 (one per check)", got)
-	}
-	// Only the answered probe has a round-trip time.
-	if got := testutil.CollectAndCount(m.arpProbeDuration); got != 1 {
-		t.Errorf("arp probe histograms: got %d, want 1", got)
 	}
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
@@ -84,13 +85,16 @@ func TestNewMetricsTwiceOnOneRegistry(t *testing.T) {
 }
 
 func TestNewRegistry(t *testing.T) {
-	reg, m, err := NewRegistry(func() Snapshot {
-		return Snapshot{Results: []check.Result{{Name: check.NameModules, Status: check.StatusOK}}}
-	})
+	reg, m, err := NewRegistry()
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.ObserveCheck(check.Result{Name: check.NameModules, Status: check.StatusOK}, nil, time.Millisecond, time.Unix(1, 0))
+	if err := reg.Register(NewCollector(func() Snapshot {
+		return Snapshot{Results: []check.Result{{Name: check.NameModules, Status: check.StatusOK}}}
+	})); err != nil {
+		t.Fatal(err)
+	}
+	m.ObserveCheck(check.Result{Name: check.NameModules, Status: check.StatusOK}, nil, time.Millisecond)
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -99,9 +103,25 @@ func TestNewRegistry(t *testing.T) {
 	for _, f := range families {
 		names[f.GetName()] = true
 	}
-	for _, want := range []string{"go_goroutines", "process_resident_memory_bytes", "ipvs_guard_build_info", "ipvs_guard_check_status", "ipvs_guard_reconcile_total"} {
+	for _, want := range []string{"go_goroutines", "process_resident_memory_bytes", "ipvs_guard_build_info", "ipvs_guard_check_status", "ipvs_guard_reconcile_duration_seconds"} {
 		if !names[want] {
 			t.Errorf("registry lacks %s", want)
 		}
+	}
+}
+
+func TestHandler(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newCollector(func() Snapshot { return Snapshot{} }, testInfo))
+	srv := httptest.NewServer(Handler(reg))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `ipvs_guard_build_info{build_date="2026-01-01T00:00:00Z"`) {
+		t.Errorf("GET /metrics: %d\n%s", resp.StatusCode, body)
 	}
 }

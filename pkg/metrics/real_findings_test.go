@@ -112,7 +112,7 @@ ipvs_guard_modules_load_attempts_total{module="ip_vs_nosuch",result="failure"} 1
 	}
 	m.ObserveCheck(check.Result{Name: check.NameARP, Status: check.StatusOK, Findings: []check.Finding{
 		arpcheck.Finding{IP: "192.0.2.10", Interface: "eth0", Result: arpcheck.ResultAnswered, MACs: []string{"02:00:00:00:00:01"}, RTTSeconds: 0.0004},
-	}}, nil, time.Millisecond, time.Unix(1, 0))
+	}}, nil, time.Millisecond)
 	if got := testutil.CollectAndCount(m.arpProbeDuration); got != 1 {
 		t.Errorf("arp probe histograms from real findings: got %d, want 1", got)
 	}

@@ -6,11 +6,10 @@ package metrics
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"testing"
@@ -22,7 +21,6 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
-	"github.com/ipvs-guard/ipvs-guard/pkg/httpserver"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
 
@@ -59,35 +57,26 @@ func TestScrapeIsValidForPromtool(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	now := time.Now()
+	snap.Checks = []CheckRuns{
+		{Name: check.NameModules, Runs: 12, LastSuccess: now, LastDuration: 15 * time.Millisecond},
+		{Name: check.NameIPVS, Runs: 12, Errors: 1, LastSuccess: now.Add(-time.Minute), LastDuration: time.Millisecond},
+	}
 	reg.MustRegister(NewCollector(func() Snapshot { return snap }))
 	m, err := NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
 	for _, r := range snap.Results {
-		m.ObserveCheck(r, nil, 15*time.Millisecond, now)
+		m.ObserveCheck(r, nil, 15*time.Millisecond)
 	}
-	m.ObserveCheck(check.Result{Name: check.NameIPVS}, errors.New("netlink: operation not permitted"), time.Millisecond, now)
+	m.ObserveCheck(check.Result{Name: check.NameIPVS}, errors.New("netlink: operation not permitted"), time.Millisecond)
 	m.ObserveModuleLoad("ip_vs_lc", nil)
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- httpserver.New(ln.Addr().String(), httpserver.NewHandler(httpserver.Options{Gatherer: reg})).Serve(ctx, ln)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
+	srv := httptest.NewServer(Handler(reg))
+	defer srv.Close()
 
-	resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
+	resp, err := http.Get(srv.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -159,7 +159,8 @@ func (m *Manager) poke() {
 }
 
 // Run syncs whenever the desired state changes, retrying failed writes with
-// exponential backoff on the injected clock, until ctx is done.
+// exponential backoff on the injected clock (MaxRetry bounds how long the
+// Node lags behind after an outage), until ctx is done.
 func (m *Manager) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithValues("node", m.cfg.NodeName)
 	var (
@@ -179,10 +180,17 @@ func (m *Manager) Run(ctx context.Context) {
 		}
 	}()
 	for {
+		// While backing off after a failure, changes wait for the retry
+		// timer (which writes the latest desired state) instead of
+		// hammering an API server that is down.
+		wake := m.wake
+		if timer != nil {
+			wake = nil
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-m.wake:
+		case <-wake:
 		case <-retryC:
 		case <-beatC:
 		}

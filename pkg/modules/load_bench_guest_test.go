@@ -2,7 +2,7 @@
 
 //go:build guest
 
-package main_test
+package modules_test
 
 import (
 	"context"

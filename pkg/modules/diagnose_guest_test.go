@@ -2,7 +2,7 @@
 
 //go:build guest
 
-package main_test
+package modules_test
 
 import (
 	"bytes"
@@ -22,9 +22,10 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
 )
 
-// These tests drive the real ipvs-guard binary in the guest kernel, where
-// nothing but ipvs-guard's own loader can load a module (hack/guest/README.md).
-// They follow the CLI contract of DESIGN §8 and nothing else.
+// These tests drive the real ipvs-guard binary (the modules check of
+// diagnose) in the guest kernel, where nothing but ipvs-guard's own loader can
+// load a module (hack/guest/README.md). They follow the CLI contract of
+// DESIGN §8 and nothing else.
 
 const ownedConf = "/etc/modules-load.d/ipvs.conf"
 

@@ -1,0 +1,459 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Command benchagent measures the real `ipvs-guard run` binary against a real
+// kube-apiserver (internal/apiservertest), running as the least-privilege
+// ServiceAccount of deploy/rbac with a pod-bound token:
+//
+//   - drift-to-condition latency: from a modules-load.d edit (inotify) and
+//     from a module removal (the host root's /proc/modules edited plus a
+//     synthetic kernel uevent, as this machine's kernel has no modules) to
+//     IPVSModulesMissing flipping on the API server, both directions;
+//   - idle RSS and CPU with N LoadBalancer Services in the informer cache;
+//   - API writes at steady state, from the API server's audit log.
+//
+// It needs root (uevents are multicast with CAP_NET_ADMIN). Run it through
+// hack/bench-agent.sh.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
+	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
+)
+
+const (
+	node     = "bench-node"
+	auditPol = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  - level: None
+`
+	agentUser = "system:serviceaccount:ipvs-guard:ipvs-guard"
+)
+
+var want = []string{"ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh", "nf_conntrack"}
+
+func main() {
+	var (
+		binary   = flag.String("binary", "bin/ipvs-guard", "ipvs-guard binary")
+		hostTree = flag.String("host-tree", "pkg/modules/testdata/debian12", "captured host tree copied as the agent's --root")
+		services = flag.Int("services", 1000, "LoadBalancer Services in the cluster")
+		trials   = flag.Int("trials", 20, "latency trials per path and direction")
+		idle     = flag.Duration("idle", 60*time.Second, "idle window for RSS, CPU and writes")
+	)
+	flag.Parse()
+	if err := run(*binary, *hostTree, *services, *trials, *idle); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+func run(binary, hostTree string, nSvc, trials int, idle time.Duration) error {
+	ctx := context.Background()
+	work, err := os.MkdirTemp("", "bench-agent-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	s, err := apiservertest.StartServer(ctx, apiservertest.Options{Dir: filepath.Join(work, "api"), AuditPolicy: auditPol})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	cfg := s.AdminConfig()
+	cfg.QPS, cfg.Burst = 1000, 1000
+	admin := kubernetes.NewForConfigOrDie(cfg)
+
+	rbac := filepath.Join("deploy", "rbac")
+	if err := s.Apply(ctx, filepath.Join(rbac, "serviceaccount.yaml"), filepath.Join(rbac, "rbac.yaml"), filepath.Join(rbac, "admission-policy.yaml")); err != nil {
+		return err
+	}
+	if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if err := createServices(ctx, admin, nSvc); err != nil {
+		return err
+	}
+	fmt.Printf("created %d LoadBalancer Services with ingress IPs in %s\n", nSvc, time.Since(t0).Round(time.Millisecond))
+	token, err := podToken(ctx, admin)
+	if err != nil {
+		return err
+	}
+	kubeconfig := filepath.Join(work, "agent.kubeconfig")
+	if err := s.WriteKubeconfig(kubeconfig, token); err != nil {
+		return err
+	}
+
+	root := filepath.Join(work, "root")
+	if err := exec.Command("cp", "-a", hostTree, root).Run(); err != nil {
+		return fmt.Errorf("copying %s: %w", hostTree, err)
+	}
+	healthy, err := makeHealthy(root)
+	if err != nil {
+		return err
+	}
+
+	cmd := exec.Command(binary, "run", "--kubeconfig", kubeconfig, "--node-name", node, "--root", root,
+		"--metrics-bind-address", "0", "--health-probe-bind-address", "127.0.0.1:0", "-v", "0")
+	logf, _ := os.Create(filepath.Join(work, "agent.log"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }()
+	started := time.Now()
+
+	cond := newCondWatcher(ctx, admin)
+	if err := cond.waitFor("False", 60*time.Second); err != nil {
+		out, _ := os.ReadFile(filepath.Join(work, "agent.log"))
+		return fmt.Errorf("agent never reported healthy modules: %w\n%s", err, tail(string(out), 30))
+	}
+	fmt.Printf("agent start to IPVSModulesMissing=False on the API server: %s\n", time.Since(started).Round(time.Millisecond))
+
+	// Latency, declaration file path (inotify).
+	decl := filepath.Join(root, "etc/modules-load.d/ipvs.conf")
+	var declIn, declOut []time.Duration
+	for i := range trials {
+		broken := strings.ReplaceAll(healthy.decl, "ip_vs_sh\n", "")
+		d, err := flip(cond, "True", func() error { return writeAtomic(decl, broken) })
+		if err != nil {
+			return fmt.Errorf("decl trial %d: %w", i, err)
+		}
+		declIn = append(declIn, d)
+		if d, err = flip(cond, "False", func() error { return writeAtomic(decl, healthy.decl) }); err != nil {
+			return fmt.Errorf("decl trial %d (restore): %w", i, err)
+		}
+		declOut = append(declOut, d)
+	}
+	// Latency, module removal path (uevent).
+	procModules := filepath.Join(root, "proc/modules")
+	var modIn, modOut []time.Duration
+	for i := range trials {
+		var without []string
+		for _, l := range strings.SplitAfter(healthy.proc, "\n") {
+			if !strings.HasPrefix(l, "ip_vs_sh ") {
+				without = append(without, l)
+			}
+		}
+		d, err := flip(cond, "True", func() error {
+			if err := os.WriteFile(procModules, []byte(strings.Join(without, "")), 0o644); err != nil {
+				return err
+			}
+			return agent.SendModuleUevent(agent.ModuleEvent{Action: "remove", Module: "ip_vs_sh"}, 1000+2*i)
+		})
+		if err != nil {
+			return fmt.Errorf("uevent trial %d: %w", i, err)
+		}
+		modIn = append(modIn, d)
+		d, err = flip(cond, "False", func() error {
+			if err := os.WriteFile(procModules, []byte(healthy.proc), 0o644); err != nil {
+				return err
+			}
+			return agent.SendModuleUevent(agent.ModuleEvent{Action: "add", Module: "ip_vs_sh"}, 1001+2*i)
+		})
+		if err != nil {
+			return fmt.Errorf("uevent trial %d (restore): %w", i, err)
+		}
+		modOut = append(modOut, d)
+	}
+	fmt.Printf("\ndrift-to-condition latency on the API server, %d trials each (resync period 1m, so every flip is event-driven):\n", trials)
+	for _, r := range []struct {
+		name string
+		d    []time.Duration
+	}{
+		{"modules-load.d edit (inotify) -> True ", declIn}, {"modules-load.d restore (inotify) -> False", declOut},
+		{"module removed (uevent) -> True      ", modIn}, {"module loaded (uevent) -> False       ", modOut},
+	} {
+		fmt.Printf("  %s  p50 %6.1f ms  p95 %6.1f ms  max %6.1f ms\n", r.name, ms(pct(r.d, 50)), ms(pct(r.d, 95)), ms(pct(r.d, 100)))
+	}
+
+	// Idle: RSS, CPU and writes with nSvc LoadBalancer Services cached.
+	time.Sleep(5 * time.Second) // let the last event settle
+	writesBefore, err := agentWrites(s.AuditLog)
+	if err != nil {
+		return err
+	}
+	cpu0, err := cpuTicks(cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	w0 := time.Now()
+	time.Sleep(idle)
+	cpu1, _ := cpuTicks(cmd.Process.Pid)
+	window := time.Since(w0)
+	writesAfter, _ := agentWrites(s.AuditLog)
+	rss, hwm := rssKiB(cmd.Process.Pid)
+	millicores := float64(cpu1-cpu0) / 100 / window.Seconds() * 1000 // USER_HZ = 100
+	fmt.Printf("\nidle over %s with %d LoadBalancer Services cached (one resync in the window):\n", window.Round(time.Second), nSvc)
+	fmt.Printf("  RSS %.1f MiB (peak %.1f MiB), CPU %.2f millicores\n", float64(rss)/1024, float64(hwm)/1024, millicores)
+	n := len(writesAfter) - len(writesBefore)
+	fmt.Printf("  API writes by the agent in the window: %d  => %.0f per node per hour\n", n, float64(n)*float64(time.Hour)/float64(window))
+	fmt.Printf("  API writes by the agent over the whole run: %d (%s)\n", len(writesAfter), summarize(writesAfter))
+	return nil
+}
+
+type healthyState struct{ decl, proc string }
+
+// makeHealthy declares and "loads" the wanted modules in the copied host tree.
+func makeHealthy(root string) (healthyState, error) {
+	decl := "# bench\n" + strings.Join(want, "\n") + "\n"
+	if err := writeAtomic(filepath.Join(root, "etc/modules-load.d/ipvs.conf"), decl); err != nil {
+		return healthyState{}, err
+	}
+	pm := filepath.Join(root, "proc/modules")
+	b, err := os.ReadFile(pm)
+	if err != nil {
+		return healthyState{}, err
+	}
+	proc := string(b)
+	for _, m := range want {
+		if !strings.Contains(proc, "\n"+m+" ") && !strings.HasPrefix(proc, m+" ") {
+			proc += fmt.Sprintf("%s 204800 0 - Live 0x0000000000000000\n", m)
+		}
+	}
+	return healthyState{decl: decl, proc: proc}, os.WriteFile(pm, []byte(proc), 0o644)
+}
+
+func writeAtomic(path, content string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func createServices(ctx context.Context, cs kubernetes.Interface, n int) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 16)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			svc := &corev1.Service{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("lb-%04d", i), Namespace: "default",
+					Annotations: map[string]string{"metallb.universe.tf/ip-allocated-from-pool": "bench"}},
+				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+			}
+			svc, err := cs.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
+			if err != nil {
+				errs <- err
+				return
+			}
+			svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: fmt.Sprintf("198.18.%d.%d", i/250, i%250+1), IPMode: ptr(corev1.LoadBalancerIPModeVIP)}}
+			if _, err := cs.CoreV1().Services("default").UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func podToken(ctx context.Context, cs kubernetes.Interface) (string, error) {
+	pod, err := cs.CoreV1().Pods("ipvs-guard").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "ipvs-guard-bench"},
+		Spec: corev1.PodSpec{ServiceAccountName: "ipvs-guard", NodeName: node, AutomountServiceAccountToken: new(bool),
+			Containers: []corev1.Container{{Name: "agent", Image: "ipvs-guard:bench"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	exp := int64(24 * 3600)
+	tr, err := cs.CoreV1().ServiceAccounts("ipvs-guard").CreateToken(ctx, "ipvs-guard", &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		ExpirationSeconds: &exp, BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	return tr.Status.Token, nil
+}
+
+// condWatcher follows IPVSModulesMissing on the bench Node with a watch.
+type condWatcher struct {
+	mu      sync.Mutex
+	status  string
+	changed chan struct{}
+}
+
+func newCondWatcher(ctx context.Context, cs kubernetes.Interface) *condWatcher {
+	c := &condWatcher{changed: make(chan struct{}, 1)}
+	go func() {
+		for ctx.Err() == nil {
+			w, err := cs.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", node).String()})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			for ev := range w.ResultChan() {
+				if ev.Type != watch.Added && ev.Type != watch.Modified {
+					continue
+				}
+				n := ev.Object.(*corev1.Node)
+				for _, cd := range n.Status.Conditions {
+					if cd.Type == "IPVSModulesMissing" {
+						c.mu.Lock()
+						c.status = string(cd.Status)
+						c.mu.Unlock()
+						select {
+						case c.changed <- struct{}{}:
+						default:
+						}
+					}
+				}
+			}
+		}
+	}()
+	return c
+}
+
+func (c *condWatcher) get() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.status
+}
+
+func (c *condWatcher) waitFor(status string, timeout time.Duration) error {
+	deadline := time.After(timeout)
+	for c.get() != status {
+		select {
+		case <-c.changed:
+		case <-deadline:
+			return fmt.Errorf("IPVSModulesMissing still %q after %s, want %q", c.get(), timeout, status)
+		}
+	}
+	return nil
+}
+
+// flip runs act and returns how long until the condition shows status.
+func flip(c *condWatcher, status string, act func() error) (time.Duration, error) {
+	start := time.Now()
+	if err := act(); err != nil {
+		return 0, err
+	}
+	if err := c.waitFor(status, 30*time.Second); err != nil {
+		return 0, err
+	}
+	d := time.Since(start)
+	time.Sleep(300 * time.Millisecond) // let the agent's cache catch up before the next trial
+	return d, nil
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[max(0, min(len(s)-1, i-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func cpuTicks(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return u + s, nil
+}
+
+func rssKiB(pid int) (rss, hwm int64) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), ":")
+		n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		switch k {
+		case "VmRSS":
+			rss = n
+		case "VmHWM":
+			hwm = n
+		}
+	}
+	return rss, hwm
+}
+
+// agentWrites returns "verb resource/subresource" for every write the agent made.
+func agentWrites(auditLog string) ([]string, error) {
+	f, err := os.Open(auditLog)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var ev struct {
+			Verb      string                    `json:"verb"`
+			User      struct{ Username string } `json:"user"`
+			ObjectRef struct {
+				Resource, Subresource, Namespace string
+			} `json:"objectRef"`
+		}
+		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.User.Username != agentUser {
+			continue
+		}
+		r := ev.ObjectRef.Resource
+		if ev.ObjectRef.Subresource != "" {
+			r += "/" + ev.ObjectRef.Subresource
+		}
+		out = append(out, ev.Verb+" "+r)
+	}
+	return out, sc.Err()
+}
+
+func summarize(ws []string) string {
+	m := map[string]int{}
+	for _, w := range ws {
+		m[w]++
+	}
+	var parts []string
+	for k, v := range m {
+		parts = append(parts, fmt.Sprintf("%s ×%d", k, v))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,420 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package apiservertest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
+)
+
+// KubeVersion is the kube-apiserver version hack/apiserver/install.sh builds.
+const KubeVersion = "v1.37.1"
+
+// ServiceCIDR is the Service cluster IP range the API server allocates from.
+const ServiceCIDR = "10.96.0.0/24"
+
+// AdminUser is the user of the admin token (group system:masters).
+const AdminUser = "admin"
+
+// Options configures a Server. Zero values pick defaults.
+type Options struct {
+	// Dir holds etcd data, certificates, keys and logs; empty makes a temporary one.
+	Dir string
+	// APIServer is the kube-apiserver binary; default $KUBE_APISERVER, else
+	// $IPVS_GUARD_CACHE/kube-apiserver/<KubeVersion>/kube-apiserver.
+	APIServer string
+	// Etcd is the etcd binary; default $ETCD, else etcd on $PATH.
+	Etcd string
+	// ExtraFlags are appended to kube-apiserver's flags.
+	ExtraFlags []string
+	// Stdout receives both processes' logs; nil writes them to files in Dir.
+	Stdout io.Writer
+	// AuditPolicy, when set, is an audit policy (YAML); the API server then
+	// writes its audit log, one JSON event per line, to Server.AuditLog.
+	AuditPolicy string
+}
+
+// Server is a running etcd + kube-apiserver pair.
+type Server struct {
+	// URL is https://127.0.0.1:<port>.
+	URL string
+	// AdminToken authenticates as AdminUser in system:masters.
+	AdminToken string
+	// CAFile verifies the API server's self-signed certificate (it names 127.0.0.1).
+	CAFile string
+	// Dir is the working directory (data, certs, logs, kubeconfig).
+	Dir string
+	// Kubeconfig is a kubeconfig file for the admin.
+	Kubeconfig string
+	// AuditLog is the audit log file when Options.AuditPolicy is set.
+	AuditLog string
+
+	opts     Options
+	apiPort  int
+	etcdURL  string
+	etcdPeer string
+
+	// mu guards the two processes.
+	mu        sync.Mutex
+	etcd, api *proc
+}
+
+// proc is a started process; done closes once it was reaped.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+func startProc(cmd *exec.Cmd) (*proc, error) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+// stop sends SIGTERM, then SIGKILL after 10 s, and waits for the exit.
+func (p *proc) stop() {
+	if p == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// BinaryPaths returns the kube-apiserver and etcd paths Start would use.
+func BinaryPaths(o Options) (apiserver, etcd string) {
+	apiserver = o.APIServer
+	if apiserver == "" {
+		apiserver = os.Getenv("KUBE_APISERVER")
+	}
+	if apiserver == "" {
+		cache := os.Getenv("IPVS_GUARD_CACHE")
+		if cache == "" {
+			cache = filepath.Join(repoRoot(), ".cache")
+		}
+		apiserver = filepath.Join(cache, "kube-apiserver", KubeVersion, "kube-apiserver")
+	}
+	etcd = o.Etcd
+	if etcd == "" {
+		etcd = os.Getenv("ETCD")
+	}
+	if etcd == "" {
+		if p, err := exec.LookPath("etcd"); err == nil {
+			etcd = p
+		} else {
+			etcd = "etcd"
+		}
+	}
+	return apiserver, etcd
+}
+
+func repoRoot() string {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "."
+	}
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// Start starts etcd and kube-apiserver for t and stops them in t.Cleanup.
+// Without the binaries the test is skipped (failed under CI=true).
+func Start(t testing.TB, o Options) *Server {
+	t.Helper()
+	api, etcd := BinaryPaths(o)
+	_, errA := os.Stat(api)
+	_, errE := exec.LookPath(etcd)
+	testenv.Require(t, errA == nil && errE == nil,
+		fmt.Sprintf("kube-apiserver (%s) and etcd (%s) are needed: run hack/apiserver/install.sh", api, etcd))
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
+	o.APIServer, o.Etcd = api, etcd
+	s, err := StartServer(context.Background(), o)
+	if err != nil {
+		t.Fatalf("starting kube-apiserver: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// StartServer starts etcd and kube-apiserver and waits for /readyz. Call Close when done.
+func StartServer(ctx context.Context, o Options) (*Server, error) {
+	api, etcd := BinaryPaths(o)
+	o.APIServer, o.Etcd = api, etcd
+	if o.Dir == "" {
+		d, err := os.MkdirTemp("", "apiservertest-")
+		if err != nil {
+			return nil, err
+		}
+		o.Dir = d
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		opts: o, Dir: o.Dir, apiPort: ports[0],
+		URL:      "https://127.0.0.1:" + strconv.Itoa(ports[0]),
+		etcdURL:  "http://127.0.0.1:" + strconv.Itoa(ports[1]),
+		etcdPeer: "http://127.0.0.1:" + strconv.Itoa(ports[2]),
+		CAFile:   filepath.Join(o.Dir, "certs", "apiserver.crt"),
+	}
+	if err := s.prepare(); err != nil {
+		return nil, err
+	}
+	if err := s.startEtcd(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.StartAPIServer(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.writeKubeconfig(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var out []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	return out, nil
+}
+
+func (s *Server) prepare() error {
+	for _, d := range []string{"certs", "etcd"} {
+		if err := os.MkdirAll(filepath.Join(s.Dir, d), 0o700); err != nil {
+			return err
+		}
+	}
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return fmt.Errorf("generating service account key: %w", err)
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(s.Dir, "sa.key"), pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(s.Dir, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600); err != nil {
+		return err
+	}
+	tok := make([]byte, 16)
+	if _, err := rand.Read(tok); err != nil {
+		return err
+	}
+	s.AdminToken = fmt.Sprintf("%x", tok)
+	csv := fmt.Sprintf("%s,%s,admin-uid,\"system:masters\"\n", s.AdminToken, AdminUser)
+	return os.WriteFile(filepath.Join(s.Dir, "tokens.csv"), []byte(csv), 0o600)
+}
+
+func (s *Server) logTo(name string) (io.Writer, error) {
+	if s.opts.Stdout != nil {
+		return s.opts.Stdout, nil
+	}
+	return os.OpenFile(filepath.Join(s.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+}
+
+func (s *Server) startEtcd(ctx context.Context) error {
+	out, err := s.logTo("etcd")
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(s.opts.Etcd,
+		"--name=default",
+		"--data-dir="+filepath.Join(s.Dir, "etcd"),
+		"--listen-client-urls="+s.etcdURL, "--advertise-client-urls="+s.etcdURL,
+		"--listen-peer-urls="+s.etcdPeer, "--initial-advertise-peer-urls="+s.etcdPeer,
+		"--initial-cluster=default="+s.etcdPeer,
+		"--unsafe-no-fsync", "--log-level=warn", "--logger=zap",
+	)
+	cmd.Stdout, cmd.Stderr = out, out
+	p, err := startProc(cmd)
+	if err != nil {
+		return fmt.Errorf("starting etcd: %w", err)
+	}
+	s.mu.Lock()
+	s.etcd = p
+	s.mu.Unlock()
+	return waitHTTP(ctx, http.DefaultClient, s.etcdURL+"/health", "", 30*time.Second)
+}
+
+// StartAPIServer (re)starts kube-apiserver on the same port and waits for
+// /readyz; use it after StopAPIServer to end a simulated outage.
+func (s *Server) StartAPIServer(ctx context.Context) error {
+	out, err := s.logTo("kube-apiserver")
+	if err != nil {
+		return err
+	}
+	args := []string{
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(s.apiPort),
+		"--cert-dir=" + filepath.Join(s.Dir, "certs"),
+		"--etcd-servers=" + s.etcdURL,
+		"--service-cluster-ip-range=" + ServiceCIDR,
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-signing-key-file=" + filepath.Join(s.Dir, "sa.key"),
+		"--service-account-key-file=" + filepath.Join(s.Dir, "sa.pub"),
+		"--token-auth-file=" + filepath.Join(s.Dir, "tokens.csv"),
+		"--authorization-mode=RBAC",
+		"--endpoint-reconciler-type=none",
+		"--v=0",
+	}
+	if s.opts.AuditPolicy != "" {
+		policy := filepath.Join(s.Dir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte(s.opts.AuditPolicy), 0o600); err != nil {
+			return err
+		}
+		s.AuditLog = filepath.Join(s.Dir, "audit.log")
+		args = append(args, "--audit-policy-file="+policy, "--audit-log-path="+s.AuditLog, "--audit-log-format=json", "--audit-log-mode=blocking")
+	}
+	args = append(args, s.opts.ExtraFlags...)
+	cmd := exec.Command(s.opts.APIServer, args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	p, err := startProc(cmd)
+	if err != nil {
+		return fmt.Errorf("starting kube-apiserver: %w", err)
+	}
+	s.mu.Lock()
+	s.api = p
+	s.mu.Unlock()
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // readiness poll only
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ready := make(chan error, 1)
+	go func() { ready <- waitHTTP(wctx, client, s.URL+"/readyz", s.AdminToken, 90*time.Second) }()
+	select {
+	case err := <-ready:
+		if err != nil {
+			return fmt.Errorf("kube-apiserver not ready (log in %s): %w", s.Dir, err)
+		}
+		return nil
+	case <-p.done:
+		return fmt.Errorf("kube-apiserver exited during start (log in %s): %v", s.Dir, p.err)
+	}
+}
+
+// StopAPIServer stops kube-apiserver (etcd keeps running), to simulate an outage.
+func (s *Server) StopAPIServer() {
+	s.mu.Lock()
+	p := s.api
+	s.api = nil
+	s.mu.Unlock()
+	p.stop()
+}
+
+// Close stops both processes.
+func (s *Server) Close() {
+	s.StopAPIServer()
+	s.mu.Lock()
+	p := s.etcd
+	s.etcd = nil
+	s.mu.Unlock()
+	p.stop()
+}
+
+func waitHTTP(ctx context.Context, c *http.Client, url, token string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := c.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("%s: %s: %s", url, resp.Status, body)
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Config returns a rest.Config authenticating with token (AdminToken for the admin).
+func (s *Server) Config(token string) *rest.Config {
+	return &rest.Config{
+		Host:            s.URL,
+		BearerToken:     token,
+		TLSClientConfig: rest.TLSClientConfig{CAFile: s.CAFile},
+		QPS:             100,
+		Burst:           200,
+	}
+}
+
+// AdminConfig returns a rest.Config for the admin (system:masters).
+func (s *Server) AdminConfig() *rest.Config { return s.Config(s.AdminToken) }
+
+// WriteKubeconfig writes a kubeconfig for token to path.
+func (s *Server) WriteKubeconfig(path, token string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["apiservertest"] = &clientcmdapi.Cluster{Server: s.URL, CertificateAuthority: s.CAFile}
+	cfg.AuthInfos["user"] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["apiservertest"] = &clientcmdapi.Context{Cluster: "apiservertest", AuthInfo: "user"}
+	cfg.CurrentContext = "apiservertest"
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+func (s *Server) writeKubeconfig() error {
+	s.Kubeconfig = filepath.Join(s.Dir, "kubeconfig")
+	return s.WriteKubeconfig(s.Kubeconfig, s.AdminToken)
+}

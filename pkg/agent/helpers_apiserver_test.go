@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build apiserver
+
+package agent
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+
+	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
+)
+
+// requestLog counts the requests a client sends, by method, with status codes.
+type requestLog struct {
+	mu   sync.Mutex
+	reqs []string // "METHOD path code"
+}
+
+func (l *requestLog) wrap(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return rtFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(req)
+			code := "err"
+			if err == nil {
+				code = http.StatusText(resp.StatusCode)
+			}
+			l.mu.Lock()
+			l.reqs = append(l.reqs, req.Method+" "+req.URL.Path+" "+code)
+			l.mu.Unlock()
+			return resp, err
+		})
+	}
+	return cfg
+}
+
+// writes returns every non-read request so far.
+func (l *requestLog) writes() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, r := range l.reqs {
+		if !strings.HasPrefix(r, "GET ") {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+type rtFunc func(*http.Request) (*http.Response, error)
+
+func (f rtFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// fakeCheck is a check whose result the test sets; it counts its runs.
+type fakeCheck struct {
+	name string
+	mu   sync.Mutex
+	res  check.Result
+	err  error
+	runs atomic.Int64
+	// onRun, if set, runs on every Run (e.g. a remediation side effect).
+	onRun func()
+}
+
+func newFakeCheck(name string) *fakeCheck {
+	return &fakeCheck{name: name, res: check.Result{Name: name, Status: check.StatusOK, Reason: "AllGood", Message: name + " is fine."}}
+}
+
+func (f *fakeCheck) Name() string { return f.name }
+
+func (f *fakeCheck) Run(context.Context) (check.Result, error) {
+	defer f.runs.Add(1)
+	if f.onRun != nil {
+		f.onRun()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.res, f.err
+}
+
+func (f *fakeCheck) set(status check.Status, reason, msg string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.res = check.Result{Name: f.name, Status: status, Reason: reason, Message: msg}
+}
+
+func allFakeChecks() []*fakeCheck {
+	var out []*fakeCheck
+	for _, n := range []string{check.NameModules, check.NameKubeProxy, check.NameIPVS, check.NameARPSysctls, check.NameARP} {
+		out = append(out, newFakeCheck(n))
+	}
+	return out
+}
+
+func checkers(fs []*fakeCheck) []check.Checker {
+	var out []check.Checker
+	for _, f := range fs {
+		out = append(out, f)
+	}
+	return out
+}
+
+var kubeletReady = corev1.NodeCondition{
+	Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status",
+	LastHeartbeatTime: metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), LastTransitionTime: metav1.NewTime(time.Date(2025, 12, 1, 0, 0, 0, 0, time.UTC)),
+}
+
+// createNode creates a Node with kubelet's Ready condition seeded in its status.
+func createNode(t *testing.T, cs kubernetes.Interface, name string) *corev1.Node {
+	t.Helper()
+	ctx := context.Background()
+	n, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Status.Conditions = []corev1.NodeCondition{kubeletReady}
+	n, err = cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// agentUnderTest is an Agent plus its publisher wired to a real API server.
+type agentUnderTest struct {
+	agent  *Agent
+	mgr    *nodestatus.Manager
+	log    *requestLog
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type agentOptions struct {
+	checks  []*fakeCheck
+	resync  time.Duration
+	macs    func() (map[string]string, error)
+	dirs    []string
+	uevents bool
+}
+
+func startAgent(t *testing.T, s *apiservertest.Server, node string, o agentOptions) *agentUnderTest {
+	t.Helper()
+	log := &requestLog{}
+	cfg := log.wrap(s.AdminConfig())
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	view := NewClusterView(node, cs, nil)
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := nodestatus.NewManager(nodestatus.ManagerConfig{
+		NodeName: node, Client: nodestatus.NewClient(cs), CachedNode: view.Node,
+		Recorder: broadcaster.NewRecorder(scheme.Scheme, nodestatus.ReportingController),
+		MinRetry: 100 * time.Millisecond, MaxRetry: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Config{
+		NodeName: node, Checkers: checkers(o.checks), Publisher: mgr, View: view,
+		ResyncPeriod: o.resync, InitialPublishDelay: 5 * time.Second,
+		MACs: o.macs, ModulesLoadDirs: o.dirs, WatchUevents: o.uevents,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &agentUnderTest{agent: a, mgr: mgr, log: log, cancel: cancel, done: make(chan struct{})}
+	go mgr.Run(ctx)
+	go func() {
+		defer close(u.done)
+		if err := a.Run(ctx); err != nil {
+			t.Errorf("agent Run: %v", err)
+		}
+	}()
+	t.Cleanup(func() { u.stop(t); broadcaster.Shutdown() })
+	return u
+}
+
+func (u *agentUnderTest) stop(t *testing.T) {
+	u.cancel()
+	select {
+	case <-u.done:
+	case <-time.After(10 * time.Second):
+		t.Error("agent did not stop within 10 s")
+	}
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func nodeCondition(t *testing.T, cs kubernetes.Interface, node string, ct string) *corev1.NodeCondition {
+	t.Helper()
+	n, err := cs.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n.Status.Conditions {
+		if string(n.Status.Conditions[i].Type) == ct {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// nodeEvents lists the events.k8s.io Events about node with the given action.
+func nodeEvents(t *testing.T, cs kubernetes.Interface, node, action string) []eventsv1.Event {
+	t.Helper()
+	list, err := cs.EventsV1().Events("default").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []eventsv1.Event
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "Node" && e.Regarding.Name == node && e.Action == action {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func parseMAC(s string) ([]byte, error) { return net.ParseMAC(s) }

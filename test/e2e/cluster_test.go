@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+)
+
+// applyManifest server-side applies every object of a multi-document YAML
+// file, in file order (what `kubectl apply --server-side -f` does).
+func applyManifest(ctx context.Context, cfg *rest.Config, path string) (int, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return 0, err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return 0, err
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	n := 0
+	for {
+		var obj unstructured.Unstructured
+		if err := dec.Decode(&obj.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return n, nil
+			}
+			return n, fmt.Errorf("decoding %s: %w", path, err)
+		}
+		if len(obj.Object) == 0 {
+			continue
+		}
+		gvk := obj.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return n, fmt.Errorf("%s %s: %w", gvk, obj.GetName(), err)
+		}
+		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+		if m.Scope.Name() == meta.RESTScopeNameNamespace {
+			ri = dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
+		}
+		if _, err := ri.Apply(ctx, obj.GetName(), &obj, metav1.ApplyOptions{FieldManager: "e2e", Force: true}); err != nil {
+			return n, fmt.Errorf("applying %s %s: %w", gvk.Kind, obj.GetName(), err)
+		}
+		n++
+	}
+}
+
+// createNode registers the guest as a Node the way kubelet would: its
+// address and a Ready condition (which ipvs-guard must never touch).
+func createNode(ctx context.Context, cs kubernetes.Interface, name, ip string) error {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+		"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+	}}}
+	created, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating node %s: %w", name, err)
+	}
+	now := metav1.Now()
+	created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}}
+	created.Status.Conditions = []corev1.NodeCondition{{
+		Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+		Message: "kubelet is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now,
+	}}
+	if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("setting node %s status: %w", name, err)
+	}
+	return nil
+}
+
+// service describes one Service of the scenario and its ready endpoint.
+type service struct {
+	name      string
+	typ       corev1.ServiceType
+	clusterIP string
+	port      int32
+	lbIP      string // LoadBalancer ingress IP (what MetalLB would assign)
+	endpoint  string // a ready pod IP behind it
+}
+
+// createService creates the Service, its EndpointSlice (no controller
+// manager runs here) and, for a LoadBalancer, the ingress IP in its status.
+func createService(ctx context.Context, cs kubernetes.Interface, ns string, s service) error {
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: ns},
+		Spec: corev1.ServiceSpec{
+			Type:      s.typ,
+			ClusterIP: s.clusterIP,
+			Selector:  map[string]string{"app": s.name},
+			Ports:     []corev1.ServicePort{{Name: "http", Port: s.port, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}
+	if s.typ == corev1.ServiceTypeLoadBalancer {
+		svc.Spec.AllocateLoadBalancerNodePorts = ptr.To(false)
+	}
+	created, err := cs.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating service %s: %w", s.name, err)
+	}
+	if s.lbIP != "" {
+		created.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: s.lbIP, IPMode: ptr.To(corev1.LoadBalancerIPModeVIP)}}
+		if _, err := cs.CoreV1().Services(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("setting the ingress IP of %s: %w", s.name, err)
+		}
+	}
+	eps := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: s.name + "-e2e", Namespace: ns, Labels: map[string]string{
+			discoveryv1.LabelServiceName: s.name, discoveryv1.LabelManagedBy: "e2e",
+		}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{
+			Addresses:  []string{s.endpoint},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
+		}},
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(8080)), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	if _, err := cs.DiscoveryV1().EndpointSlices(ns).Create(ctx, eps, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating endpointslice of %s: %w", s.name, err)
+	}
+	return nil
+}
+
+// agentPod creates the Pod the DaemonSet controller would create on node
+// (from the shipped DaemonSet's template) and returns it with the container's
+// args. No kubelet runs it: the guest starts the binary itself.
+func agentPod(ctx context.Context, cs kubernetes.Interface, ns, ds, node string) (*corev1.Pod, []string, error) {
+	d, err := cs.AppsV1().DaemonSets(ns).Get(ctx, ds, metav1.GetOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading daemonset %s/%s: %w", ns, ds, err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: ds + "-" + node, Namespace: ns, Labels: d.Spec.Template.Labels,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(d, appsv1.SchemeGroupVersion.WithKind("DaemonSet"))},
+		},
+		Spec: *d.Spec.Template.Spec.DeepCopy(),
+	}
+	pod.Spec.NodeName = node
+	created, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating the agent pod: %w", err)
+	}
+	var args []string
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if c.Name == "ipvs-guard" || len(d.Spec.Template.Spec.Containers) == 1 {
+			args = append(args, c.Command...)
+			args = append(args, c.Args...)
+		}
+	}
+	return created, args, nil
+}
+
+// podToken asks for a token of the Pod's ServiceAccount bound to the Pod, as
+// kubelet projects it: it carries the node-name claim the admission policy checks.
+func podToken(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) (string, error) {
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		ExpirationSeconds: ptr.To(int64(3600)),
+		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+	}}
+	out, err := cs.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, pod.Spec.ServiceAccountName, tr, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("requesting a token for pod %s: %w", pod.Name, err)
+	}
+	return out.Status.Token, nil
+}
+
+// kubeProxyToken creates kube-proxy's identity as kubeadm does (ServiceAccount
+// kube-system/kube-proxy bound to system:node-proxier) and returns a token.
+func kubeProxyToken(ctx context.Context, cs kubernetes.Interface) (string, error) {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "kube-proxy", Namespace: "kube-system"}}
+	if _, err := cs.CoreV1().ServiceAccounts("kube-system").Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("creating kube-proxy's service account: %w", err)
+	}
+	crb := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubeadm:node-proxier"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:node-proxier"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "kube-proxy", Namespace: "kube-system"}},
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("binding kube-proxy to system:node-proxier: %w", err)
+	}
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}
+	out, err := cs.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "kube-proxy", tr, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("requesting kube-proxy's token: %w", err)
+	}
+	return out.Status.Token, nil
+}
+
+// guestKubeconfig is a kubeconfig for the guest: the host's loopback API
+// server is 10.0.2.2 there, which its certificate does not name.
+func guestKubeconfig(server string, ca []byte, user, token string) ([]byte, error) {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["e2e"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca, TLSServerName: "kubernetes"}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: user}
+	cfg.CurrentContext = "e2e"
+	return clientcmd.Write(*cfg)
+}

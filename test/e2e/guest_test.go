@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// guest drives the guest node through its control endpoint
+// (hack/e2e/guest-main.sh): each call runs a shell script there with
+// hack/e2e/e2e-lib.sh sourced.
+type guest struct {
+	url    string
+	client *http.Client
+}
+
+func newGuest(url string) *guest {
+	return &guest{url: strings.TrimRight(url, "/"), client: &http.Client{Timeout: 3 * time.Minute}}
+}
+
+var exitLine = regexp.MustCompile(`(?m)^exit=(\d+)\n?$`)
+
+// exec runs script in the guest and returns its combined output and exit code.
+func (g *guest) exec(ctx context.Context, script string) (string, int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.url+"/cgi-bin/exec", strings.NewReader(script))
+	if err != nil {
+		return "", 0, err
+	}
+	req.Header.Set("Content-Type", "text/plain")
+	resp, err := g.client.Do(req)
+	if err != nil {
+		return "", 0, fmt.Errorf("guest control endpoint: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", 0, fmt.Errorf("reading guest answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", 0, fmt.Errorf("guest control endpoint: %s: %s", resp.Status, body)
+	}
+	out := string(body)
+	locs := exitLine.FindAllStringSubmatchIndex(out, -1)
+	if len(locs) == 0 {
+		return out, 0, fmt.Errorf("guest answer has no exit line: %q", out)
+	}
+	last := locs[len(locs)-1]
+	code, _ := strconv.Atoi(out[last[2]:last[3]])
+	return out[:last[0]], code, nil
+}
+
+// run runs script in the guest and fails the test unless it exits 0.
+func (g *guest) run(ctx context.Context, t testing.TB, script string) string {
+	t.Helper()
+	out, code, err := g.exec(ctx, script)
+	if err != nil {
+		t.Fatalf("guest: %s: %v", firstLine(script), err)
+	}
+	if code != 0 {
+		t.Fatalf("guest: %s: exit code %d:\n%s", firstLine(script), code, out)
+	}
+	return out
+}
+
+// waitReady waits until the control endpoint answers.
+func (g *guest) waitReady(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		short, c := context.WithTimeout(ctx, 5*time.Second)
+		_, code, err := g.exec(short, "true")
+		c()
+		if err == nil && code == 0 {
+			return nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("guest control endpoint not up after %s: %v", timeout, last)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i] + " …"
+	}
+	return s
+}
+
+// scrape reads the agent's /metrics (forwarded from the guest).
+func scrape(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scraping %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scraping %s: %s", url, resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("parsing %s: %w", url, err)
+	}
+	return mfs, nil
+}
+
+// sample returns the value of the series of family name whose labels include
+// every label in want, and whether there is one.
+func sample(mfs map[string]*dto.MetricFamily, name string, want map[string]string) (float64, bool) {
+	mf, ok := mfs[name]
+	if !ok {
+		return 0, false
+	}
+next:
+	for _, m := range mf.GetMetric() {
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		for k, v := range want {
+			if got[k] != v {
+				continue next
+			}
+		}
+		switch {
+		case m.Gauge != nil:
+			return m.GetGauge().GetValue(), true
+		case m.Counter != nil:
+			return m.GetCounter().GetValue(), true
+		case m.Untyped != nil:
+			return m.GetUntyped().GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+// hasSeries reports whether any series of family name carries label=value.
+func hasSeries(mfs map[string]*dto.MetricFamily, name, label, value string) bool {
+	_, ok := sample(mfs, name, map[string]string{label: value})
+	return ok
+}
