@@ -81,7 +81,8 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	if c.cfg.Scheduler != nil {
 		sched, from = c.cfg.Scheduler(ctx)
 	}
-	summary := fmt.Sprintf("%d virtual servers, %d real servers, configured scheduler %s (from %s)", len(table), table.RealServerCount(), sched, from)
+	sum := Summary{VirtualServers: len(table), RealServers: table.RealServerCount(), Scheduler: sched, SchedulerSource: from}
+	summary := sum.String()
 	logger.V(2).Info("read the IPVS table", "virtualServers", len(table), "realServers", table.RealServerCount())
 
 	var findings []Finding
@@ -96,7 +97,9 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		}
 		findings = CompareSchedulers(table, func(k ipvs.Key) bool { return onLink[k.Address] }, sched)
 		if len(findings) == 0 {
-			return check.Skipped(c.Name(), ReasonNoKubeconfig, summary+"; comparing with Services needs --kubeconfig"), nil
+			res := check.Skipped(c.Name(), ReasonNoKubeconfig, summary+"; comparing with Services needs --kubeconfig")
+			res.Findings = []check.Finding{sum}
+			return res, nil
 		}
 	} else {
 		svcs, err := c.cfg.Cluster.Services(ctx)
@@ -110,8 +113,16 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		expected := ExpectedVirtualServers(svcs, eps, c.cfg.NodeName)
 		expected = onlyFamilies(expected, table)
 		findings = Compare(expected, table, sched)
-		summary += fmt.Sprintf("; %d expected from %d Services", len(expected), len(svcs))
+		noReal := 0
+		for _, f := range findings {
+			if f.Problem == ProblemNoRealServers {
+				noReal++
+			}
+		}
+		sum.VirtualServersWithoutRealServers = &noReal
+		summary = sum.String() + fmt.Sprintf("; %d expected from %d Services", len(expected), len(svcs))
 	}
+	res.Findings = append(res.Findings, sum)
 	for _, f := range findings {
 		res.Findings = append(res.Findings, f)
 	}

@@ -4,6 +4,7 @@ package ipvscheck
 
 import (
 	"context"
+	"encoding/json"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -269,5 +270,36 @@ func TestLoadBalancerIPsFromClientset(t *testing.T) {
 	}
 	if len(got) != 1 || got[0] != netip.MustParseAddr("192.0.2.10") {
 		t.Errorf("got %v", got)
+	}
+}
+
+// TestSummaryForMetrics: the metrics collector reads the table size from the
+// ipvs result's findings by these JSON names.
+func TestSummaryForMetrics(t *testing.T) {
+	svcs, eps := fixtureCluster()
+	tbl := fixtureTable()
+	tbl[3].Real = nil // 10.96.0.50:80 has a ready endpoint but no real server
+	c, err := NewChecker(Config{IPVS: ipvstest.NewFake(tbl), ReadLink: fixtureLink, Cluster: fakeCluster{svcs, eps}, NodeName: node,
+		Scheduler: func(context.Context) (string, string) { return "lc", kubeproxy.FromConfigz }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(res.Findings[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got["virtual_servers"] != 5.0 || got["virtual_servers_without_real_servers"] != 1.0 || got["real_servers"] != 6.0 {
+		t.Errorf("summary JSON = %s", raw)
+	}
+	if res.Reason != ReasonNoRealServers {
+		t.Errorf("reason = %s", res.Reason)
 	}
 }
