@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
@@ -26,7 +28,11 @@ const (
 	ReasonSchedulerMismatch    = "SchedulerMismatch"
 	ReasonNoKubeconfig         = "NoKubeconfig"
 	ReasonNotIPVSMode          = "KubeProxyNotInIPVSMode"
+	ReasonServicesUnreadable   = "ServicesUnreadable"
 )
+
+// errNoCluster stands for "no kubeconfig" where a cluster read error would be.
+var errNoCluster = errors.New("no kubeconfig")
 
 // Config builds the ipvs checker.
 type Config struct {
@@ -86,7 +92,19 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	logger.V(2).Info("read the IPVS table", "virtualServers", len(table), "realServers", table.RealServerCount())
 
 	var findings []Finding
-	if c.cfg.Cluster == nil {
+	var svcs []corev1.Service
+	var eps []discoveryv1.EndpointSlice
+	clusterErr := errNoCluster
+	if c.cfg.Cluster != nil {
+		// The API being down never stops the node-local part of the check.
+		if svcs, clusterErr = c.cfg.Cluster.Services(ctx); clusterErr == nil {
+			eps, clusterErr = c.cfg.Cluster.EndpointSlices(ctx)
+		}
+		if clusterErr != nil {
+			logger.Info("Cannot read Services, comparing schedulers only", "err", clusterErr)
+		}
+	}
+	if clusterErr != nil {
 		link, err := c.cfg.ReadLink(kubeproxy.DummyInterface)
 		if err != nil {
 			return check.Result{}, err
@@ -97,19 +115,15 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		}
 		findings = CompareSchedulers(table, func(k ipvs.Key) bool { return onLink[k.Address] }, sched)
 		if len(findings) == 0 {
-			res := check.Skipped(c.Name(), ReasonNoKubeconfig, summary+"; comparing with Services needs --kubeconfig")
+			reason, why := ReasonNoKubeconfig, "comparing with Services needs --kubeconfig"
+			if clusterErr != errNoCluster {
+				reason, why = ReasonServicesUnreadable, fmt.Sprintf("Services could not be read (%v)", clusterErr)
+			}
+			res := check.Skipped(c.Name(), reason, summary+"; "+why)
 			res.Findings = []check.Finding{sum}
 			return res, nil
 		}
 	} else {
-		svcs, err := c.cfg.Cluster.Services(ctx)
-		if err != nil {
-			return check.Result{}, err
-		}
-		eps, err := c.cfg.Cluster.EndpointSlices(ctx)
-		if err != nil {
-			return check.Result{}, err
-		}
 		expected := ExpectedVirtualServers(svcs, eps, c.cfg.NodeName)
 		expected = onlyFamilies(expected, table)
 		findings = Compare(expected, table, sched)
