@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
@@ -25,6 +26,10 @@ type checkOptions struct {
 	kubeProxyMetrics string
 	probeIPs         []string
 	probeInterface   string
+
+	// clientset, when set (by `run`, which builds its own, in-cluster or
+	// from --kubeconfig), is what the cluster-aware checks read through.
+	clientset kubernetes.Interface
 
 	// schedulerFromKubeProxy, when set, reads the IPVS scheduler kube-proxy
 	// is configured with (the /configz or ConfigMap lookup).

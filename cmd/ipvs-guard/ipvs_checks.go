@@ -22,8 +22,13 @@ import (
 // kubeAPITimeout bounds each API request of a check.
 const kubeAPITimeout = 10 * time.Second
 
-// kubeClient builds a clientset from --kubeconfig; nil without one.
+// kubeClient returns the clientset the checks read the cluster through:
+// the one the command already built (the agent's), else one from
+// --kubeconfig, else nil (node-local checks only).
 func (o *checkOptions) kubeClient() (kubernetes.Interface, error) {
+	if o.clientset != nil {
+		return o.clientset, nil
+	}
 	if o.kubeconfig == "" {
 		return nil, nil
 	}

@@ -112,6 +112,7 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 			opts.loader = metrics.CountingLoader{Loader: nl, Metrics: am}
 		}
 	}
+	opts.clientset = cs
 	checkers, err := opts.checkers(ctx, root, opts.remediate)
 	if err != nil {
 		return err

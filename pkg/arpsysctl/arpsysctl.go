@@ -76,7 +76,9 @@ const (
 )
 
 // Evaluate judges a Reading: conf/all first, then every interface whose
-// effective value is unsafe. All findings are returned; problems have !OK.
+// effective value is unsafe because of its own value (an interface merely
+// inheriting an unsafe conf/all is covered by the conf/all finding). The
+// conf/all findings are always returned; problems have !OK.
 func Evaluate(r Reading) []Finding {
 	out := []Finding{
 		{Sysctl: "net.ipv4.conf.all.arp_ignore", Interface: "all", Value: r.All.ArpIgnore, Effective: r.All.ArpIgnore, Want: wantIgnore, OK: IgnoreSafe(r.All.ArpIgnore)},
@@ -91,10 +93,12 @@ func Evaluate(r Reading) []Finding {
 		v := r.Interfaces[n]
 		ign := max(r.All.ArpIgnore, v.ArpIgnore)
 		ann := max(r.All.ArpAnnounce, v.ArpAnnounce)
-		if !IgnoreSafe(ign) {
+		// An interface whose own value is not above conf/all adds nothing
+		// when conf/all is already unsafe: the conf/all finding covers it.
+		if !IgnoreSafe(ign) && (IgnoreSafe(r.All.ArpIgnore) || v.ArpIgnore > r.All.ArpIgnore) {
 			out = append(out, Finding{Sysctl: "net.ipv4.conf." + n + ".arp_ignore", Interface: n, Value: v.ArpIgnore, Effective: ign, Want: wantIgnore})
 		}
-		if !AnnounceSafe(ann) {
+		if !AnnounceSafe(ann) && (AnnounceSafe(r.All.ArpAnnounce) || v.ArpAnnounce > r.All.ArpAnnounce) {
 			out = append(out, Finding{Sysctl: "net.ipv4.conf." + n + ".arp_announce", Interface: n, Value: v.ArpAnnounce, Effective: ann, Want: wantAnnounce})
 		}
 	}

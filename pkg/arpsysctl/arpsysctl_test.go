@@ -68,7 +68,7 @@ func TestReadAndEvaluate(t *testing.T) {
 			name:      "defaults answer ARP for everything",
 			all:       Values{0, 0},
 			ifaces:    map[string]iface{"eth0": {0, 0, 1, "0x1003"}, "lo": {0, 0, 772, "0x9"}, "kube-ipvs0": {0, 0, 1, "0x82"}},
-			wantBad:   []string{"net.ipv4.conf.all.arp_ignore", "net.ipv4.conf.all.arp_announce", "net.ipv4.conf.eth0.arp_ignore", "net.ipv4.conf.eth0.arp_announce"},
+			wantBad:   []string{"net.ipv4.conf.all.arp_ignore", "net.ipv4.conf.all.arp_announce"},
 			wantIface: []string{"eth0"},
 		},
 		{
@@ -81,7 +81,7 @@ func TestReadAndEvaluate(t *testing.T) {
 			name:      "per-interface strict is enough for that interface only",
 			all:       Values{0, 0},
 			ifaces:    map[string]iface{"eth0": {1, 2, 1, "0x1003"}, "eth1": {0, 0, 1, "0x1003"}},
-			wantBad:   []string{"net.ipv4.conf.all.arp_ignore", "net.ipv4.conf.all.arp_announce", "net.ipv4.conf.eth1.arp_ignore", "net.ipv4.conf.eth1.arp_announce"},
+			wantBad:   []string{"net.ipv4.conf.all.arp_ignore", "net.ipv4.conf.all.arp_announce"},
 			wantIface: []string{"eth0", "eth1"},
 		},
 		{
@@ -89,6 +89,13 @@ func TestReadAndEvaluate(t *testing.T) {
 			all:       Values{1, 2},
 			ifaces:    map[string]iface{"eth0": {3, 0, 1, ""}},
 			wantBad:   []string{"net.ipv4.conf.eth0.arp_ignore"},
+			wantIface: []string{"eth0"},
+		},
+		{
+			name:      "an interface above an unsafe conf/all is named too",
+			all:       Values{0, 0},
+			ifaces:    map[string]iface{"eth0": {3, 0, 1, ""}},
+			wantBad:   []string{"net.ipv4.conf.all.arp_ignore", "net.ipv4.conf.all.arp_announce", "net.ipv4.conf.eth0.arp_ignore"},
 			wantIface: []string{"eth0"},
 		},
 		{

@@ -74,9 +74,10 @@ type Handle struct {
 	// families lists the generic-netlink families (seam for tests).
 	families func(nsPath string) (map[string]int, error)
 
-	// mu guards h and family.
+	// mu guards h, dests and family.
 	mu     sync.Mutex
 	h      *mobyipvs.Handle
+	dests  *destReader // nil in another network namespace: moby's GetDestinations then
 	family int
 }
 
@@ -104,6 +105,8 @@ func (h *Handle) closeLocked() {
 		h.h.Close()
 		h.h = nil
 	}
+	h.dests.close()
+	h.dests = nil
 	h.family = 0
 }
 
@@ -152,6 +155,13 @@ func (h *Handle) readLocked(ctx context.Context) (Table, error) {
 			return nil, fmt.Errorf("opening IPVS netlink socket: %w", err)
 		}
 		h.h, h.family = mh, id
+		h.dests.close()
+		h.dests = nil
+		if h.nsPath == "" {
+			if h.dests, err = newDestReader(); err != nil {
+				return nil, err
+			}
+		}
 	}
 
 	mobyMu.Lock()
@@ -170,7 +180,12 @@ func (h *Handle) readLocked(ctx context.Context) (Table, error) {
 		if err != nil {
 			return nil, err
 		}
-		dests, err := h.h.GetDestinations(s)
+		var dests []*mobyipvs.Destination
+		if h.dests != nil {
+			dests, err = h.dests.destinations(h.family, s)
+		} else {
+			dests, err = h.h.GetDestinations(s)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("listing real servers of %s: %w", v, err)
 		}

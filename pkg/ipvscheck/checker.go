@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
@@ -26,7 +28,11 @@ const (
 	ReasonSchedulerMismatch    = "SchedulerMismatch"
 	ReasonNoKubeconfig         = "NoKubeconfig"
 	ReasonNotIPVSMode          = "KubeProxyNotInIPVSMode"
+	ReasonServicesUnreadable   = "ServicesUnreadable"
 )
+
+// errNoCluster stands for "no kubeconfig" where a cluster read error would be.
+var errNoCluster = errors.New("no kubeconfig")
 
 // Config builds the ipvs checker.
 type Config struct {
@@ -81,11 +87,24 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	if c.cfg.Scheduler != nil {
 		sched, from = c.cfg.Scheduler(ctx)
 	}
-	summary := fmt.Sprintf("%d virtual servers, %d real servers, configured scheduler %s (from %s)", len(table), table.RealServerCount(), sched, from)
+	sum := Summary{VirtualServers: len(table), RealServers: table.RealServerCount(), Scheduler: sched, SchedulerSource: from}
+	summary := sum.String()
 	logger.V(2).Info("read the IPVS table", "virtualServers", len(table), "realServers", table.RealServerCount())
 
 	var findings []Finding
-	if c.cfg.Cluster == nil {
+	var svcs []corev1.Service
+	var eps []discoveryv1.EndpointSlice
+	clusterErr := errNoCluster
+	if c.cfg.Cluster != nil {
+		// The API being down never stops the node-local part of the check.
+		if svcs, clusterErr = c.cfg.Cluster.Services(ctx); clusterErr == nil {
+			eps, clusterErr = c.cfg.Cluster.EndpointSlices(ctx)
+		}
+		if clusterErr != nil {
+			logger.Info("Cannot read Services, comparing schedulers only", "err", clusterErr)
+		}
+	}
+	if clusterErr != nil {
 		link, err := c.cfg.ReadLink(kubeproxy.DummyInterface)
 		if err != nil {
 			return check.Result{}, err
@@ -96,22 +115,28 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		}
 		findings = CompareSchedulers(table, func(k ipvs.Key) bool { return onLink[k.Address] }, sched)
 		if len(findings) == 0 {
-			return check.Skipped(c.Name(), ReasonNoKubeconfig, summary+"; comparing with Services needs --kubeconfig"), nil
+			reason, why := ReasonNoKubeconfig, "comparing with Services needs --kubeconfig"
+			if clusterErr != errNoCluster {
+				reason, why = ReasonServicesUnreadable, fmt.Sprintf("Services could not be read (%v)", clusterErr)
+			}
+			res := check.Skipped(c.Name(), reason, summary+"; "+why)
+			res.Findings = []check.Finding{sum}
+			return res, nil
 		}
 	} else {
-		svcs, err := c.cfg.Cluster.Services(ctx)
-		if err != nil {
-			return check.Result{}, err
-		}
-		eps, err := c.cfg.Cluster.EndpointSlices(ctx)
-		if err != nil {
-			return check.Result{}, err
-		}
 		expected := ExpectedVirtualServers(svcs, eps, c.cfg.NodeName)
 		expected = onlyFamilies(expected, table)
 		findings = Compare(expected, table, sched)
-		summary += fmt.Sprintf("; %d expected from %d Services", len(expected), len(svcs))
+		noReal := 0
+		for _, f := range findings {
+			if f.Problem == ProblemNoRealServers {
+				noReal++
+			}
+		}
+		sum.VirtualServersWithoutRealServers = &noReal
+		summary = sum.String() + fmt.Sprintf("; %d expected from %d Services", len(expected), len(svcs))
 	}
+	res.Findings = append(res.Findings, sum)
 	for _, f := range findings {
 		res.Findings = append(res.Findings, f)
 	}

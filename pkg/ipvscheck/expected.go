@@ -283,3 +283,29 @@ func sortFindings(fs []Finding) {
 		return strings.Compare(a.Protocol, b.Protocol)
 	})
 }
+
+// Summary is the size of the IPVS table, reported with every ipvs result
+// (its JSON names are what the metrics collector reads).
+type Summary struct {
+	// VirtualServers is the number of virtual servers.
+	VirtualServers int `json:"virtual_servers"`
+	// RealServers is the number of real servers.
+	RealServers int `json:"real_servers"`
+	// VirtualServersWithoutRealServers counts the virtual servers whose
+	// Service has ready endpoints but which have no real servers (nil
+	// without a kubeconfig: it cannot be known then).
+	VirtualServersWithoutRealServers *int `json:"virtual_servers_without_real_servers,omitempty"`
+	// Scheduler is the configured scheduler the table was compared with.
+	Scheduler string `json:"scheduler"`
+	// SchedulerSource says where Scheduler came from.
+	SchedulerSource string `json:"schedulerSource"`
+}
+
+// String renders the summary as one line.
+func (s Summary) String() string {
+	out := fmt.Sprintf("%d virtual servers, %d real servers, configured scheduler %s (from %s)", s.VirtualServers, s.RealServers, s.Scheduler, s.SchedulerSource)
+	if s.VirtualServersWithoutRealServers != nil {
+		out += fmt.Sprintf(", %d without real servers though their Service has ready endpoints", *s.VirtualServersWithoutRealServers)
+	}
+	return out
+}

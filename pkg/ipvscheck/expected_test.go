@@ -4,6 +4,8 @@ package ipvscheck
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -201,9 +203,10 @@ func TestCompareSchedulersWithoutCluster(t *testing.T) {
 type fakeCluster struct {
 	svcs []corev1.Service
 	eps  []discoveryv1.EndpointSlice
+	err  error
 }
 
-func (f fakeCluster) Services(context.Context) ([]corev1.Service, error) { return f.svcs, nil }
+func (f fakeCluster) Services(context.Context) ([]corev1.Service, error) { return f.svcs, f.err }
 func (f fakeCluster) EndpointSlices(context.Context) ([]discoveryv1.EndpointSlice, error) {
 	return f.eps, nil
 }
@@ -231,11 +234,13 @@ func TestChecker(t *testing.T) {
 		wantReason string
 		wantInMsg  string
 	}{
-		{name: "healthy", table: fixtureTable(), cluster: fakeCluster{svcs, eps}, sched: "lc", wantStatus: check.StatusOK, wantReason: ReasonOK},
+		{name: "healthy", table: fixtureTable(), cluster: fakeCluster{svcs: svcs, eps: eps}, sched: "lc", wantStatus: check.StatusOK, wantReason: ReasonOK},
 		{name: "no kubeconfig, schedulers fine", table: fixtureTable(), sched: "lc", wantStatus: check.StatusSkipped, wantReason: ReasonNoKubeconfig, wantInMsg: "5 virtual servers, 7 real servers"},
 		{name: "no kubeconfig, scheduler mismatch", table: fixtureTable(), sched: "rr", wantStatus: check.StatusProblem, wantReason: ReasonSchedulerMismatch, wantInMsg: "10.96.0.1:443/TCP: scheduler lc, configured rr"},
 		{name: "module not loaded with kube-ipvs0 present", err: ipvs.ErrModuleNotLoaded, sched: "lc", wantStatus: check.StatusProblem, wantReason: ReasonModuleNotLoaded, wantInMsg: "ip_vs kernel module not loaded"},
-		{name: "missing LB VIP", table: fixtureTable()[1:], cluster: fakeCluster{svcs, eps}, sched: "lc", wantStatus: check.StatusProblem, wantReason: ReasonVirtualServerMissing,
+		{name: "API down: node-local comparison only", table: fixtureTable(), cluster: fakeCluster{err: errors.New("connection refused")}, sched: "lc",
+			wantStatus: check.StatusSkipped, wantReason: ReasonServicesUnreadable, wantInMsg: "connection refused"},
+		{name: "missing LB VIP", table: fixtureTable()[1:], cluster: fakeCluster{svcs: svcs, eps: eps}, sched: "lc", wantStatus: check.StatusProblem, wantReason: ReasonVirtualServerMissing,
 			wantInMsg: "192.0.2.10:80/TCP (LoadBalancer default/web-lb): no virtual server"},
 	}
 	for _, tc := range tests {
@@ -269,5 +274,36 @@ func TestLoadBalancerIPsFromClientset(t *testing.T) {
 	}
 	if len(got) != 1 || got[0] != netip.MustParseAddr("192.0.2.10") {
 		t.Errorf("got %v", got)
+	}
+}
+
+// TestSummaryForMetrics: the metrics collector reads the table size from the
+// ipvs result's findings by these JSON names.
+func TestSummaryForMetrics(t *testing.T) {
+	svcs, eps := fixtureCluster()
+	tbl := fixtureTable()
+	tbl[3].Real = nil // 10.96.0.50:80 has a ready endpoint but no real server
+	c, err := NewChecker(Config{IPVS: ipvstest.NewFake(tbl), ReadLink: fixtureLink, Cluster: fakeCluster{svcs: svcs, eps: eps}, NodeName: node,
+		Scheduler: func(context.Context) (string, string) { return "lc", kubeproxy.FromConfigz }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(res.Findings[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got["virtual_servers"] != 5.0 || got["virtual_servers_without_real_servers"] != 1.0 || got["real_servers"] != 6.0 {
+		t.Errorf("summary JSON = %s", raw)
+	}
+	if res.Reason != ReasonNoRealServers {
+		t.Errorf("reason = %s", res.Reason)
 	}
 }
