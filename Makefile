@@ -12,108 +12,135 @@ VPKG := github.com/ipvs-guard/ipvs-guard/pkg/version
 LDFLAGS := -s -w -X $(VPKG).Version=$(VERSION) -X $(VPKG).Commit=$(COMMIT) -X $(VPKG).BuildDate=$(BUILD_DATE)
 export IPVS_GUARD_CACHE ?= $(CURDIR)/.cache
 
-.PHONY: all build demo e2e test-e2e test lint test-lint test-unit test-fuzz test-netns test-guest test-rules test-chart test-image test-apiserver bench-diagnose bench-guest bench-arp bench-agent guest-shell image manifests chart-docs helm-lint clean
-
+.PHONY: all
 all: build
 
 ## build: static binary in bin/
+.PHONY: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/ipvs-guard
 
 ## test: every tier, each named so a failure says where it broke
+.PHONY: test
 test: test-lint test-unit test-fuzz test-netns test-guest test-apiserver test-rules test-chart test-image test-e2e
 	@echo "all test tiers passed"
 
 ## lint: go vet, gofmt, go mod tidy check
+.PHONY: lint test-lint
 lint test-lint:
 	@echo "--- tier: lint"
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 ## test-unit: unit tests with the race detector (fuzz seeds run here too)
+.PHONY: test-unit
 test-unit:
 	@echo "--- tier: unit"
 	$(GO) test -race -count=1 ./...
 
 ## test-fuzz: each fuzz target for a short time
+.PHONY: test-fuzz
 test-fuzz:
 	@echo "--- tier: fuzz"
 	hack/fuzz.sh $${FUZZTIME:-5s}
 
 ## test-apiserver: agent loop, conditions, events, RBAC and admission policy against a real kube-apiserver + etcd
+.PHONY: test-apiserver
 test-apiserver:
 	@echo "--- tier: apiserver"
 	hack/apiserver/test.sh
 
 ## bench-agent: drift-to-condition latency, idle RSS/CPU with 1,000 LoadBalancer Services, API writes at steady state
+.PHONY: bench-agent
 bench-agent:
 	hack/bench-agent.sh
 
 ## bench-diagnose: wall time and peak RSS of diagnose --root over the captured host trees
+.PHONY: bench-diagnose
 bench-diagnose:
 	hack/bench-diagnose.sh $${RUNS:-20}
 
 ## test-guest: guest-tagged tests inside a stock Debian kernel under QEMU (hack/guest/README.md)
+.PHONY: test-guest
 test-guest:
 	hack/guest/test.sh
 
 ## bench-guest: module loading in the guest kernel, ipvs-guard vs kmod modprobe (ratio)
+.PHONY: bench-guest
 bench-guest:
 	hack/guest/bench.sh
 
 ## demo: the guest kernel: diagnose finds the missing IPVS modules, --fix repairs; then the agent in a cluster, as a timeline
+.PHONY: demo
 demo:
 	@hack/guest/demo.sh
 	@hack/e2e/run.sh --demo
 
 ## test-e2e (or e2e): real kube-apiserver on the host, real kube-proxy (IPVS) and `ipvs-guard run` in the guest kernel
+.PHONY: e2e test-e2e
 e2e test-e2e:
 	@echo "--- tier: e2e"
 	hack/e2e/run.sh
 
 ## guest-shell: an interactive shell in the guest kernel with ipvs-guard (Ctrl-a x quits)
+.PHONY: guest-shell
 guest-shell:
 	hack/guest/shell.sh
 
 ## test-netns: ARP prober against real network namespaces and iputils arping (root)
+.PHONY: test-netns
 test-netns:
 	@echo "--- tier: netns"
 	hack/test-netns.sh
 
+## bench-ipvs: 10,000 virtual servers x 2 real servers in the guest kernel, ipvs-guard vs ipvsadm -Ln (ratio, peak RSS)
+.PHONY: bench-ipvs
+bench-ipvs:
+	hack/bench-ipvs.sh
+
 ## bench-arp: ARP figures (1,000 IPs vs arping, RTT vs arping, sharding rate)
+.PHONY: bench-arp
 bench-arp:
 	hack/bench-arp.sh
 
 ## test-rules: promtool check/test of the shipped alert rules, promtool check metrics on a real scrape
+.PHONY: test-rules
 test-rules:
 	@echo "--- tier: rules"
 	hack/test-rules.sh
 
 ## test-chart: helm lint/template assertions, schema rejections, dry-run apply on a real kube-apiserver
+.PHONY: test-chart
 test-chart:
 	@echo "--- tier: chart"
 	hack/test-chart.sh
 
 ## test-image: build the Dockerfile with buildah (offline, local builder image) and run `ipvs-guard version` in it
+.PHONY: test-image
 test-image:
 	@echo "--- tier: image"
 	hack/image/build.sh
 
 ## image: build the container image (localhost/ipvs-guard:$(VERSION)) with buildah
+.PHONY: image
 image:
 	VERSION=$(VERSION) hack/image/build.sh
 
 ## manifests: render the chart's defaults into deploy/manifests/ipvs-guard.yaml
+.PHONY: manifests
 manifests:
 	hack/render-manifests.sh
 
 ## helm-lint: helm lint --strict the chart (helm pinned in hack/tools/helm, built into the cache)
+.PHONY: helm-lint
 helm-lint:
 	$$(hack/ensure-helm.sh) lint --strict deploy/ipvs-guard
 
 ## chart-docs: regenerate deploy/ipvs-guard/README.md from values.yaml
+.PHONY: chart-docs
 chart-docs:
 	$(GO) run ./hack/chartdoc -o deploy/ipvs-guard/README.md deploy/ipvs-guard
 
+.PHONY: clean
 clean:
 	rm -rf bin

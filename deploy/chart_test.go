@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
 )
 
@@ -368,13 +369,12 @@ func TestRejectsBadValues(t *testing.T) {
 }
 
 // TestDryRunOnAPIServer applies every rendering with server-side apply in
-// dry-run mode to a real kube-apiserver (IPVS_GUARD_TEST_KUBECONFIG, set by hack/test-chart.sh),
+// dry-run mode to a real kube-apiserver and etcd (internal/apiservertest),
 // after installing the monitoring CRDs (MONITORING_CRDS).
 func TestDryRunOnAPIServer(t *testing.T) {
-	kubeconfig := os.Getenv("IPVS_GUARD_TEST_KUBECONFIG")
-	testenv.Require(t, kubeconfig != "", "no IPVS_GUARD_TEST_KUBECONFIG for a test API server (make test-chart starts one)")
 	crds := os.Getenv("MONITORING_CRDS")
 	testenv.Require(t, crds != "", "no MONITORING_CRDS directory (make test-chart fetches it)")
+	kubeconfig := apiservertest.Start(t, apiservertest.Options{}).Kubeconfig
 	kubectl := func(stdin string, args ...string) (string, error) {
 		cmd := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
 		cmd.Stdin = strings.NewReader(stdin)
@@ -427,8 +427,8 @@ func TestDryRunOnAPIServer(t *testing.T) {
 // on node n1, the agent's ServiceAccount may patch n1's status and metadata,
 // but not n2's status, and never n1's spec.
 func TestAdmissionPolicyOwnNodeOnly(t *testing.T) {
-	kubeconfig := os.Getenv("IPVS_GUARD_TEST_KUBECONFIG")
-	testenv.Require(t, kubeconfig != "", "no IPVS_GUARD_TEST_KUBECONFIG for a test API server (make test-chart starts one)")
+	srv := apiservertest.Start(t, apiservertest.Options{})
+	kubeconfig := srv.Kubeconfig
 	kubectl := func(stdin string, args ...string) (string, error) {
 		cmd := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
 		cmd.Stdin = strings.NewReader(stdin)
@@ -459,17 +459,14 @@ func TestAdmissionPolicyOwnNodeOnly(t *testing.T) {
 	if err != nil {
 		t.Fatalf("creating a pod-bound token: %v\n%s", err, token)
 	}
-	server, err := kubectl("", "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}")
-	if err != nil {
-		t.Fatalf("reading the server address: %v\n%s", err, server)
-	}
+	server := srv.URL
 	// asAgent runs kubectl as the agent; a "patch-status" pseudo-command
 	// sends the strategic-merge PATCH to nodes/NAME/status the way the agent
 	// does (kubectl patch would GET nodes/status first, which the agent's
 	// least-privilege role does not allow).
 	asAgent := func(args ...string) (string, error) {
 		if args[0] == "patch-status" {
-			cmd := exec.Command("curl", "-sS", "-k", "-X", "PATCH", "--fail-with-body",
+			cmd := exec.Command("curl", "-sS", "--cacert", srv.CAFile, "-X", "PATCH", "--fail-with-body",
 				"-H", "Authorization: Bearer "+strings.TrimSpace(token),
 				"-H", "Content-Type: application/strategic-merge-patch+json",
 				"--data", args[2], server+"/api/v1/nodes/"+args[1]+"/status")
@@ -481,7 +478,7 @@ func TestAdmissionPolicyOwnNodeOnly(t *testing.T) {
 				`"eventTime":"2026-01-01T00:00:00.000000Z","reportingController":"ipvs-guard","reportingInstance":"ipvs-guard-n1",` +
 				`"action":"IPVSModulesMissing","reason":"ModulesNotLoaded","type":"Warning","note":"test",` +
 				`"regarding":{"apiVersion":"v1","kind":"Node","name":"n1"}}`
-			cmd := exec.Command("curl", "-sS", "-k", "-X", "POST", "--fail-with-body",
+			cmd := exec.Command("curl", "-sS", "--cacert", srv.CAFile, "-X", "POST", "--fail-with-body",
 				"-H", "Authorization: Bearer "+strings.TrimSpace(token),
 				"-H", "Content-Type: application/json",
 				"--data", event, server+"/apis/events.k8s.io/v1/namespaces/"+args[1]+"/events")
@@ -489,7 +486,7 @@ func TestAdmissionPolicyOwnNodeOnly(t *testing.T) {
 			return string(out), err
 		}
 		cmd := exec.Command("kubectl", append([]string{"--kubeconfig", os.DevNull, "--server", server,
-			"--insecure-skip-tls-verify", "--token", strings.TrimSpace(token)}, args...)...)
+			"--certificate-authority", srv.CAFile, "--token", strings.TrimSpace(token)}, args...)...)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
@@ -530,6 +527,31 @@ func TestAdmissionPolicyOwnNodeOnly(t *testing.T) {
 			}
 			if tt.wantErr != "" && (err == nil || !strings.Contains(out, tt.wantErr)) {
 				t.Fatalf("kubectl %v as the agent: err %v, output %q; want a denial containing %q", tt.args, err, out, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestArgsAcceptedByBinary checks that the DaemonSet's arguments, for every
+// value set, are flags the real `ipvs-guard run` accepts (cobra rejects an
+// unknown flag even with --help).
+func TestArgsAcceptedByBinary(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "ipvs-guard")
+	build := exec.Command("go", "build", "-o", bin, "../cmd/ipvs-guard")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building ipvs-guard: %v\n%s", err, out)
+	}
+	for _, vs := range valueSets {
+		t.Run(vs.name, func(t *testing.T) {
+			out, stderr, err := render(t, vs.set...)
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, stderr)
+			}
+			c := daemonSet(t, split(t, out)).Spec.Template.Spec.Containers[0]
+			args := append(append([]string{}, c.Args...), "--help")
+			if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+				t.Errorf("ipvs-guard %v: %v\n%s", c.Args, err, out)
 			}
 		})
 	}

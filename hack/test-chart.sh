@@ -4,7 +4,8 @@
 # value sets with assertions on the output, the schema's rejections, the
 # generated README and plain manifest up to date, and every rendering applied
 # with `kubectl apply --server-side --dry-run=server` to a real kube-apiserver
-# (+ etcd) started here, after prometheus-operator's CRDs.
+# (+ etcd), after prometheus-operator's CRDs; the own-node admission policy and
+# RBAC proven with a pod-bound token.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
@@ -20,15 +21,8 @@ log "helm: $("$HELM" version --short)"
 hack/render-manifests.sh --check
 go test -count=1 -run TestREADMEUpToDate ./hack/chartdoc
 
-# A real API server for the dry-run apply.
-if [ -z "${IPVS_GUARD_TEST_KUBECONFIG:-}" ]; then
-	workdir=$(mktemp -d)
-	trap 'hack/apiserver-lite.sh stop "$workdir"; rm -rf "$workdir"' EXIT
-	if hack/apiserver-lite.sh start "$workdir"; then
-		export IPVS_GUARD_TEST_KUBECONFIG=$workdir/kubeconfig
-	else
-		log "no test API server: TestDryRunOnAPIServer will skip (fail under CI=true)"
-	fi
-fi
+# A real kube-apiserver + etcd for the dry-run apply and the admission policy
+# (internal/apiservertest starts them from these binaries).
+hack/apiserver/install.sh etcd kube-apiserver
 
 go test -tags chart -count=1 -v ./deploy/

@@ -14,5 +14,7 @@ rules=deploy/ipvs-guard/files/alerts.yaml
 promtool check rules "$rules"
 (cd deploy/tests && promtool test rules alerts_test.yaml)
 
-# A real scrape: the collector and activity metrics served over HTTP.
-CI=${CI:-} go test -tags promtool -count=1 -run 'Promtool' -v ./pkg/metrics
+# Real scrapes: the collector and activity metrics served over HTTP, and a
+# running `ipvs-guard run` against a real kube-apiserver (its RSS is logged).
+hack/apiserver/install.sh etcd kube-apiserver
+go test -tags promtool -count=1 -v -run 'Promtool|RunningAgentScrape' ./pkg/metrics

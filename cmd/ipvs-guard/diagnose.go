@@ -29,6 +29,9 @@ type checkOptions struct {
 	// schedulerFromKubeProxy, when set, reads the IPVS scheduler kube-proxy
 	// is configured with (the /configz or ConfigMap lookup).
 	schedulerFromKubeProxy func(ctx context.Context) (string, error)
+	// loader, when set, loads modules for the modules check (the agent
+	// passes one that counts load attempts); nil uses the native loader.
+	loader modules.Loader
 }
 
 func (o *checkOptions) addFlags(cmd *cobra.Command) {
@@ -105,13 +108,30 @@ func (o *checkOptions) arpChecker() (check.Checker, error) {
 // checkers builds the checks diagnose runs, in report order. With remediate
 // false nothing they do may load a module or write a file.
 func (o *checkOptions) checkers(ctx context.Context, root hostfs.Root, remediate bool) ([]check.Checker, error) {
+	kube, err := o.kubeClient()
+	if err != nil {
+		return nil, err
+	}
+	if o.schedulerFromKubeProxy == nil {
+		kp := o.kubeProxyClient()
+		o.schedulerFromKubeProxy = func(ctx context.Context) (string, error) {
+			s, _ := o.resolveScheduler(ctx, kp, kube)
+			return s, nil
+		}
+	}
 	cs := []check.Checker{
 		modules.NewChecker(modules.Config{
 			Root:      root,
 			Scheduler: o.ipvsScheduler(ctx),
 			Remediate: remediate,
+			Loader:    o.loader,
 		}),
 	}
+	ipvsChecks, err := o.ipvsCheckers(root, kube)
+	if err != nil {
+		return nil, err
+	}
+	cs = append(cs, ipvsChecks...)
 	arp, err := o.arpChecker()
 	if err != nil {
 		return nil, err
@@ -123,8 +143,8 @@ func (o *checkOptions) checkers(ctx context.Context, root hostfs.Root, remediate
 // ipvsScheduler resolves the IPVS scheduler whose module the modules check
 // wants: --scheduler when given, else what kube-proxy is configured with,
 // else rr. The kube-proxy lookup (/configz at --kube-proxy-metrics-address,
-// then the kube-proxy ConfigMap) plugs in here; until it exists the default
-// applies.
+// then the kube-proxy ConfigMap) is kubeproxy.ResolveScheduler, wired in
+// checkers through schedulerFromKubeProxy.
 func (o *checkOptions) ipvsScheduler(ctx context.Context) string {
 	if o.scheduler != "" {
 		return o.scheduler

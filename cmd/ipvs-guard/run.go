@@ -20,6 +20,8 @@ import (
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+	"github.com/ipvs-guard/ipvs-guard/pkg/metrics"
+	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 	"github.com/ipvs-guard/ipvs-guard/pkg/server"
 )
@@ -99,12 +101,26 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 	view := agent.NewClusterView(node, cs, dyn)
 
 	root := hostfs.New(opts.root)
+	reg, am, err := metrics.NewRegistry()
+	if err != nil {
+		return err
+	}
+	if opts.remediate {
+		// Count every module load; without a loader for this root the
+		// modules check reports why it cannot load.
+		if nl, err := modules.NewNativeLoader(root); err == nil {
+			opts.loader = metrics.CountingLoader{Loader: nl, Metrics: am}
+		}
+	}
 	checkers, err := opts.checkers(ctx, root, opts.remediate)
 	if err != nil {
 		return err
 	}
 	if checkers, err = opts.withClusterARP(checkers, view, node); err != nil {
 		return err
+	}
+	for i, c := range checkers {
+		checkers[i] = metrics.Instrument(c, am)
 	}
 
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
@@ -136,6 +152,9 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := reg.Register(metrics.NewCollector(metrics.StoreSnapshot(a.Store(), a.Enabled()))); err != nil {
+		return fmt.Errorf("registering state metrics: %w", err)
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	if err := broadcaster.StartRecordingToSinkWithContext(gctx); err != nil {
@@ -147,14 +166,18 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 		if err != nil {
 			return err
 		}
+		if opts.metricsAddr == opts.healthAddr {
+			srv.Handle("/metrics", metrics.Handler(reg))
+		}
 		g.Go(func() error { return srv.Run(gctx) })
 	}
 	if opts.metricsAddr != "0" && opts.metricsAddr != opts.healthAddr {
-		// /metrics is mounted here by the metrics package; the probes are served too.
+		// The probes are served here too.
 		srv, err := server.New(opts.metricsAddr, healthz(a, opts.resyncPeriod), readyz(a))
 		if err != nil {
 			return err
 		}
+		srv.Handle("/metrics", metrics.Handler(reg))
 		g.Go(func() error { return srv.Run(gctx) })
 	}
 	g.Go(func() error { mgr.Run(gctx); return nil })

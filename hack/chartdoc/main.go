@@ -18,6 +18,8 @@ import (
 	"strings"
 
 	yaml "go.yaml.in/yaml/v3"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/metrics"
 )
 
 func main() {
@@ -91,6 +93,9 @@ func generate(dir string) ([]byte, error) {
 	fmt.Fprintf(&b, "%s\n\n", c.Description)
 	fmt.Fprintf(&b, "Requires Kubernetes `%s`.\n\n", c.KubeVersion)
 	b.WriteString(usage)
+	if err := writeMetrics(&b); err != nil {
+		return nil, err
+	}
 	if err := writeAlerts(&b, filepath.Join(dir, "files", "alerts.yaml")); err != nil {
 		return nil, err
 	}
@@ -226,6 +231,25 @@ func writeAlerts(b *bytes.Buffer, path string) error {
 			}
 			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", r.Alert, r.Labels["severity"], r.For, cell(strings.ReplaceAll(r.Annotations["summary"], "\n", " ")))
 		}
+	}
+	b.WriteString("\n")
+	return nil
+}
+
+// writeMetrics lists every ipvs_guard_ metric the agent exposes, gathered from
+// the real registry fed with one sample of everything.
+func writeMetrics(b *bytes.Buffer) error {
+	families, err := metrics.Describe()
+	if err != nil {
+		return fmt.Errorf("listing metrics: %w", err)
+	}
+	b.WriteString("## Metrics\n\n")
+	b.WriteString("Served on `metrics.port` at `/metrics`. State (modules, kube-proxy mode, IPVS table, ARP results,\n")
+	b.WriteString("conditions) is computed from the latest check results at each scrape, so a module or IP that\n")
+	b.WriteString("disappears from the results disappears from `/metrics`.\n\n")
+	b.WriteString("| Metric | Type | Labels | Description |\n|--------|------|--------|-------------|\n")
+	for _, f := range families {
+		fmt.Fprintf(b, "| `%s` | %s | %s | %s |\n", f.Name, f.Type, strings.Join(f.Labels, ", "), cell(f.Help))
 	}
 	b.WriteString("\n")
 	return nil

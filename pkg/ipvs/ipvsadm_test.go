@@ -51,7 +51,7 @@ func TestIPVSAdmServiceLine(t *testing.T) {
 		want string
 	}{
 		{"udp", VirtualServer{Address: netip.MustParseAddr("10.96.0.10"), Protocol: UDP, Port: 53, Scheduler: "rr"}, "UDP  10.96.0.10:53 rr"},
-		{"sctp ipv6", VirtualServer{Address: netip.MustParseAddr("fd00::a"), Protocol: SCTP, Port: 9, Scheduler: "wrr"}, "SCTP  [fd00::a]:9 wrr"},
+		{"sctp ipv6", VirtualServer{Address: netip.MustParseAddr("fd00::a"), Protocol: SCTP, Port: 9, Scheduler: "wrr"}, "SCTP [fd00::a]:9 wrr"},
 		{"persistent with mask", VirtualServer{Address: netip.MustParseAddr("1.2.3.4"), Protocol: TCP, Port: 80, Scheduler: "rr", Flags: FlagPersistent, Timeout: 360, Netmask: 0x00ffffff}, "TCP  1.2.3.4:80 rr persistent 360 mask 255.255.255.0"},
 		{"sh flags", VirtualServer{Address: netip.MustParseAddr("1.2.3.4"), Protocol: TCP, Port: 80, Scheduler: "sh", Flags: FlagSched1 | FlagSched2}, "TCP  1.2.3.4:80 sh (sh-fallback,sh-port)"},
 		{"one packet", VirtualServer{Address: netip.MustParseAddr("1.2.3.4"), Protocol: UDP, Port: 80, Scheduler: "rr", Flags: FlagOnePacket}, "UDP  1.2.3.4:80 rr ops"},
@@ -88,5 +88,39 @@ func TestVirtualServerEqualAndString(t *testing.T) {
 	r2 := rs("10.0.0.1", 80, 0, 0)
 	if !r.Equal(r2) || r.String() != "10.0.0.1:80" {
 		t.Errorf("RealServer Equal/String wrong: %v %q", r.Equal(r2), r.String())
+	}
+}
+
+// TestIPVSAdmOrder checks the order ipvsadm 1.31 printed in the guest kernel
+// for a table built with ipvsadm -R (pkg/ipvs/ipvs_guest_test.go), from a
+// scrambled input.
+func TestIPVSAdmOrder(t *testing.T) {
+	v := func(a string, p Protocol, port uint16) VirtualServer {
+		return VirtualServer{Address: netip.MustParseAddr(a), Protocol: p, Port: port}
+	}
+	in := Table{
+		{Virtual: v("fd00:96::10", TCP, 80)},
+		{Virtual: v("10.96.0.41", UDP, 5000)},
+		{Virtual: v("fd00:96::a", UDP, 53)},
+		{Virtual: v("10.96.0.1", TCP, 443), Real: []RealServer{rs("10.244.0.2", 6443, 0, 0), rs("10.244.0.1", 6443, 0, 0)}},
+		{Virtual: v("10.96.0.30", TCP, 8080)},
+		{Virtual: v("10.96.0.20", SCTP, 9000)},
+		{Virtual: v("10.96.0.40", TCP, 80)},
+		{Virtual: v("192.0.2.10", TCP, 80)},
+		{Virtual: v("10.96.0.10", UDP, 53)},
+		{Virtual: v("10.96.0.10", TCP, 53)},
+		{Virtual: VirtualServer{FWMark: 7}},
+	}
+	var got []string
+	for _, e := range in.ipvsadmSorted() {
+		got = append(got, e.Virtual.String())
+	}
+	want := []string{"192.0.2.10:80/TCP", "10.96.0.1:443/TCP", "10.96.0.10:53/TCP", "10.96.0.30:8080/TCP", "10.96.0.40:80/TCP",
+		"10.96.0.10:53/UDP", "10.96.0.41:5000/UDP", "10.96.0.20:9000/SCTP", "[fd00:96::10]:80/TCP", "[fd00:96::a]:53/UDP", "fwmark 7"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-ipvsadm +ours)\n%s", diff)
+	}
+	if r := in.ipvsadmSorted()[1].Real; r[0].Address.String() != "10.244.0.1" {
+		t.Errorf("real servers not sorted: %v", r)
 	}
 }

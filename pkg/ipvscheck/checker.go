@@ -72,13 +72,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	res := check.Result{Name: c.Name()}
 	table, err := c.cfg.IPVS.Table(ctx)
 	if errors.Is(err, ipvs.ErrModuleNotLoaded) {
-		if mode, ok := c.proxyMode(ctx); ok && mode != kubeproxy.ModeIPVS {
-			return check.Skipped(c.Name(), ReasonNotIPVSMode, fmt.Sprintf("ip_vs is not loaded and kube-proxy runs in %s mode: no IPVS table to inspect", mode)), nil
-		}
-		res.Status, res.Reason = check.StatusProblem, ReasonModuleNotLoaded
-		res.Message = "ip_vs is not loaded, so there is no IPVS table: kube-proxy cannot run in IPVS mode (see the modules check for the fix)"
-		res.Remediation = []string{"load and persist the IPVS modules: ipvs-guard diagnose --fix, or the modules check's remediation"}
-		return res, nil
+		return c.moduleNotLoaded(ctx, err)
 	}
 	if err != nil {
 		return check.Result{}, fmt.Errorf("reading the IPVS table: %w", err)
@@ -199,4 +193,33 @@ func onlyFamilies(exp []Expected, t ipvs.Table) []Expected {
 		}
 	}
 	return out
+}
+
+// moduleNotLoaded reports an absent ip_vs: a problem when this node is set
+// up for IPVS (kube-proxy reports ipvs mode, or kube-ipvs0 exists, which
+// only kube-proxy's IPVS mode creates); otherwise there is simply no table to
+// look at, and the modules check reports the module.
+func (c *Checker) moduleNotLoaded(ctx context.Context, cause error) (check.Result, error) {
+	mode, modeKnown := c.proxyMode(ctx)
+	link, err := c.cfg.ReadLink(kubeproxy.DummyInterface)
+	if err != nil {
+		return check.Result{}, err
+	}
+	if modeKnown && mode != kubeproxy.ModeIPVS {
+		return check.Skipped(c.Name(), ReasonNotIPVSMode, fmt.Sprintf("ip_vs is not loaded and kube-proxy runs in %s mode: no IPVS table to inspect", mode)), nil
+	}
+	if !modeKnown && !link.Exists {
+		return check.Skipped(c.Name(), ReasonModuleNotLoaded, fmt.Sprintf("%v: no IPVS table to inspect (kube-proxy is not reachable and kube-ipvs0 does not exist; the modules check reports the module)", cause)), nil
+	}
+	why := "kube-proxy runs in IPVS mode"
+	if !modeKnown {
+		why = "kube-ipvs0 exists, so kube-proxy ran in IPVS mode here"
+	}
+	return check.Result{
+		Name:        c.Name(),
+		Status:      check.StatusProblem,
+		Reason:      ReasonModuleNotLoaded,
+		Message:     fmt.Sprintf("%v, so there is no IPVS table, but %s: no Service VIP is balanced on this node (see the modules check)", cause, why),
+		Remediation: []string{"load and persist the IPVS modules (ipvs-guard diagnose --fix, or the modules check's remediation), then restart kube-proxy on this node"},
+	}, nil
 }

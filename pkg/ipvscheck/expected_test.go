@@ -234,7 +234,7 @@ func TestChecker(t *testing.T) {
 		{name: "healthy", table: fixtureTable(), cluster: fakeCluster{svcs, eps}, sched: "lc", wantStatus: check.StatusOK, wantReason: ReasonOK},
 		{name: "no kubeconfig, schedulers fine", table: fixtureTable(), sched: "lc", wantStatus: check.StatusSkipped, wantReason: ReasonNoKubeconfig, wantInMsg: "5 virtual servers, 7 real servers"},
 		{name: "no kubeconfig, scheduler mismatch", table: fixtureTable(), sched: "rr", wantStatus: check.StatusProblem, wantReason: ReasonSchedulerMismatch, wantInMsg: "10.96.0.1:443/TCP: scheduler lc, configured rr"},
-		{name: "module not loaded", err: ipvs.ErrModuleNotLoaded, sched: "lc", wantStatus: check.StatusProblem, wantReason: ReasonModuleNotLoaded, wantInMsg: "ip_vs is not loaded"},
+		{name: "module not loaded with kube-ipvs0 present", err: ipvs.ErrModuleNotLoaded, sched: "lc", wantStatus: check.StatusProblem, wantReason: ReasonModuleNotLoaded, wantInMsg: "ip_vs kernel module not loaded"},
 		{name: "missing LB VIP", table: fixtureTable()[1:], cluster: fakeCluster{svcs, eps}, sched: "lc", wantStatus: check.StatusProblem, wantReason: ReasonVirtualServerMissing,
 			wantInMsg: "192.0.2.10:80/TCP (LoadBalancer default/web-lb): no virtual server"},
 	}

@@ -86,19 +86,17 @@ func (m *Metrics) ObserveARPProbe(result string, d time.Duration) {
 	m.arpProbeDuration.WithLabelValues(result).Observe(d.Seconds())
 }
 
-// NewRegistry returns the registry `ipvs-guard run` serves on /metrics: Go
-// runtime and process metrics, the state [Collector] over snapshot and the
-// activity [Metrics], which it also returns for the loop to record into.
-func NewRegistry(snapshot func() Snapshot) (*prometheus.Registry, *Metrics, error) {
+// NewRegistry returns the registry `ipvs-guard run` serves on /metrics with
+// the Go runtime and process metrics and the activity [Metrics], which it also
+// returns for [Instrument] and [CountingLoader]. Register the state
+// [Collector] on it once the results store exists.
+func NewRegistry() (*prometheus.Registry, *Metrics, error) {
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(collectors.NewGoCollector()); err != nil {
 		return nil, nil, fmt.Errorf("registering Go metrics: %w", err)
 	}
 	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, nil, fmt.Errorf("registering process metrics: %w", err)
-	}
-	if err := reg.Register(NewCollector(snapshot)); err != nil {
-		return nil, nil, fmt.Errorf("registering state metrics: %w", err)
 	}
 	m, err := NewMetrics(reg)
 	if err != nil {

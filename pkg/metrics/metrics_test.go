@@ -85,10 +85,13 @@ func TestNewMetricsTwiceOnOneRegistry(t *testing.T) {
 }
 
 func TestNewRegistry(t *testing.T) {
-	reg, m, err := NewRegistry(func() Snapshot {
-		return Snapshot{Results: []check.Result{{Name: check.NameModules, Status: check.StatusOK}}}
-	})
+	reg, m, err := NewRegistry()
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register(NewCollector(func() Snapshot {
+		return Snapshot{Results: []check.Result{{Name: check.NameModules, Status: check.StatusOK}}}
+	})); err != nil {
 		t.Fatal(err)
 	}
 	m.ObserveCheck(check.Result{Name: check.NameModules, Status: check.StatusOK}, nil, time.Millisecond)

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# `make bench-ipvs`: in the guest kernel, 10,000 IPVS virtual servers x 2 real
+# servers; ipvs-guard's inspection (diagnose, and the in-process table read)
+# against `ipvsadm -Ln` of the same table (ratio; target <= 1.0), with the
+# peak RSS of both processes.
+# Knobs: GUEST_BENCHTIME (default 5x), GUEST_BENCH_COUNT (rounds, default 1).
+source "$(dirname "$0")/guest/lib.sh"
+source "$GUEST_DIR/tests.sh"
+cd "$REPO_ROOT"
+
+export GUEST_PKGS=./pkg/ipvs GUEST_BENCH=BenchmarkGuestIPVSInspection
+export GUEST_BENCHTIME=${GUEST_BENCHTIME:-5x}
+export GUEST_MEMORY=${GUEST_MEMORY:-2G}
+guest_prepare
+guest_build_ipvs_guard
+run=$CACHE_DIR/guest/runs/bench-ipvs-$$
+mkdir -p "$run"
+trap 'rm -rf "$run"' EXIT
+stage=$(guest_stage_payload "$run" "$GUEST_DIR/run-tests.sh")
+guest_stage_tests "$stage" bench
+for a in "$stage"/guest/tests/*/args; do
+	echo "-test.count=${GUEST_BENCH_COUNT:-1}" >>"$a"
+	echo "-test.timeout=30m" >>"$a"
+done
+initrd=$(guest_pack "$GUEST_BASE" "$run")
+rc=0
+GUEST_TIMEOUT=${GUEST_TIMEOUT:-1800} guest_boot "$GUEST_KERNEL" "$initrd" "$run" || rc=$?
+[ "$rc" = 0 ] || die "guest benchmark failed (exit $rc)"
+
+awk '
+/built .* virtual servers/ { sub(/^[ \t]*[^:]*:[0-9]+: /, ""); built = $0 }
+/^BenchmarkGuestIPVSInspection/ {
+	for (i = 3; i < NF; i += 2) { sum[$(i + 1)] += $(i); n[$(i + 1)]++ }
+}
+function v(unit) { return n[unit] ? sum[unit] / n[unit] : -1 }
+END {
+	if (v("ipvsadm-ms/op") < 0) { print "no IPVS benchmark results" > "/dev/stderr"; exit 1 }
+	printf "\n%s\n", built
+	printf "Inspecting it in the guest kernel (TCG: compare ratios), mean of %d round(s) x %s:\n", n["ipvsadm-ms/op"], ENVIRON["GUEST_BENCHTIME"]
+	printf "  ipvs-guard diagnose -o json (process, every check)  %9.1f ms   peak RSS %6.1f MiB\n", v("diagnose-ms/op"), v("diagnose-maxrss-MiB")
+	printf "  ipvs-guard table read (in process)                  %9.1f ms\n", v("table-ms/op")
+	printf "  ipvsadm -Ln (process)                               %9.1f ms   peak RSS %6.1f MiB\n", v("ipvsadm-ms/op"), v("ipvsadm-maxrss-MiB")
+	printf "  ratio diagnose / ipvsadm -Ln                        %9.2f (target <= 1.0)\n", v("ratio-diagnose/ipvsadm")
+	printf "  ratio table read / ipvsadm -Ln                      %9.2f\n", v("ratio-table/ipvsadm")
+}' <(tr -d '\r' <"$run/console.log")

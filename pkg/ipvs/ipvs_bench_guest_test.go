@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build guest
+
+package ipvs_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ipvs-guard/ipvs-guard/internal/guest"
+	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
+	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
+)
+
+// benchVirtualServers is the table size of BenchmarkGuestIPVSInspection.
+const benchVirtualServers = 10000
+
+// timedRun runs a command and returns its wall time and peak RSS (KiB).
+func timedRun(b *testing.B, name string, args ...string) (time.Duration, int64, []byte) {
+	b.Helper()
+	cmd := exec.Command(name, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	err := cmd.Run()
+	d := time.Since(start)
+	if cmd.ProcessState == nil {
+		b.Fatalf("%s: %v", name, err)
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 0 && name == "ipvsadm" {
+		b.Fatalf("%s %v: exit %d: %s", name, args, code, errb.String())
+	}
+	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	return d, ru.Maxrss, out.Bytes()
+}
+
+// BenchmarkGuestIPVSInspection: 10,000 virtual servers x 2 real servers (and
+// the 10,000 VIPs on kube-ipvs0, as kube-proxy binds them), inspected side
+// by side in a rotating order every iteration:
+//
+//   - diagnose: `ipvs-guard diagnose -o json`, the whole product run (every
+//     check; the ipvs check reads the full table, kube-ipvs0 and compares
+//     schedulers; arp-sysctls evaluates the 10,000 addresses);
+//   - table: this package's Table() in process (the IPVS read alone);
+//   - ipvsadm: `ipvsadm -Ln` (the peer: one services dump plus one
+//     destinations dump per service, like ours, plus printing).
+//
+// It reports each one's mean as <name>-ms/op, the ratios to ipvsadm and the
+// peak RSS of the diagnose and ipvsadm processes (MiB). ns/op is the whole
+// iteration and means nothing alone. `make bench-ipvs` prints them.
+func BenchmarkGuestIPVSInspection(b *testing.B) {
+	testenv.RequireGuest(b)
+	guest.ResetModules(b)
+	b.Cleanup(func() {
+		guest.Run(b, "ipvsadm", "-C")
+		guest.Run(b, "/usr/sbin/ip", "link", "del", "kube-ipvs0")
+		guest.ResetModules(b)
+	})
+	loadModules(b, "ip_vs", "ip_vs_rr", "dummy")
+	var rules, addrs strings.Builder
+	for i := 0; i < benchVirtualServers; i++ {
+		vip := fmt.Sprintf("10.%d.%d.%d", 96+i/65536, (i/256)%256, i%256)
+		fmt.Fprintf(&rules, "-A -t %s:80 -s rr\n-a -t %s:80 -r 10.244.%d.%d:8080 -m -w 1\n-a -t %s:80 -r 10.245.%d.%d:8080 -m -w 1\n",
+			vip, vip, (i/256)%256, i%256, vip, (i/256)%256, i%256)
+		fmt.Fprintf(&addrs, "addr add %s/32 dev kube-ipvs0\n", vip)
+	}
+	start := time.Now()
+	ipvsadmRestore(b, rules.String())
+	if r := guest.Run(b, "/usr/sbin/ip", "link", "add", "kube-ipvs0", "type", "dummy"); r.ExitCode != 0 {
+		b.Fatalf("%s", r)
+	}
+	f, err := os.CreateTemp(b.TempDir(), "addrs")
+	if err != nil {
+		b.Fatal(err)
+	}
+	f.WriteString(addrs.String())
+	f.Close()
+	if r := guest.Run(b, "/usr/sbin/ip", "-batch", f.Name()); r.ExitCode != 0 {
+		b.Fatalf("%s", r)
+	}
+	b.Logf("built %d virtual servers x 2 real servers and %d kube-ipvs0 addresses in %s", benchVirtualServers, benchVirtualServers, time.Since(start))
+
+	h := ipvs.New(hostfs.New("/"))
+	defer h.Close()
+	// Sanity: both tools see the whole table.
+	if t, err := h.Table(context.Background()); err != nil || len(t) != benchVirtualServers || t.RealServerCount() != 2*benchVirtualServers {
+		b.Fatalf("Table: %d virtual servers, %v", len(t), err)
+	}
+	_, _, out := timedRun(b, "ipvsadm", "-Ln")
+	if n := bytes.Count(out, []byte("\n  -> ")); n != 2*benchVirtualServers {
+		b.Fatalf("ipvsadm -Ln shows %d real servers", n)
+	}
+	_, _, out = timedRun(b, guest.Bin(), "diagnose", "-o", "json", "--node-name", "bench")
+	if !bytes.Contains(out, []byte(fmt.Sprintf("%d virtual servers, %d real servers", benchVirtualServers, 2*benchVirtualServers))) {
+		b.Fatalf("diagnose did not inspect the whole table:\n%.2000s", out)
+	}
+
+	var sum = map[string]time.Duration{}
+	var rssDiagnose, rssIPVSAdm int64
+	runners := []struct {
+		name string
+		run  func()
+	}{
+		{"diagnose", func() {
+			d, rss, _ := timedRun(b, guest.Bin(), "diagnose", "-o", "json", "--node-name", "bench")
+			sum["diagnose"] += d
+			rssDiagnose = max(rssDiagnose, rss)
+		}},
+		{"table", func() {
+			s := time.Now()
+			if _, err := h.Table(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			sum["table"] += time.Since(s)
+		}},
+		{"ipvsadm", func() {
+			d, rss, _ := timedRun(b, "ipvsadm", "-Ln")
+			sum["ipvsadm"] += d
+			rssIPVSAdm = max(rssIPVSAdm, rss)
+		}},
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j := range runners {
+			runners[(i+j)%len(runners)].run()
+		}
+	}
+	b.StopTimer()
+	ms := func(d time.Duration) float64 { return float64(d) / float64(b.N) / 1e6 }
+	for _, n := range []string{"diagnose", "table", "ipvsadm"} {
+		b.ReportMetric(ms(sum[n]), n+"-ms/op")
+	}
+	b.ReportMetric(float64(sum["diagnose"])/float64(sum["ipvsadm"]), "ratio-diagnose/ipvsadm")
+	b.ReportMetric(float64(sum["table"])/float64(sum["ipvsadm"]), "ratio-table/ipvsadm")
+	b.ReportMetric(float64(rssDiagnose)/1024, "diagnose-maxrss-MiB")
+	b.ReportMetric(float64(rssIPVSAdm)/1024, "ipvsadm-maxrss-MiB")
+}
