@@ -268,6 +268,9 @@ func (e *e2e) stopAgent() {
 	e.tl.heading("The end")
 	// Exactly one Event per transition over the whole run.
 	e.waitEvents("IPVSModulesMissing", map[string]int{"Warning": 1, "Normal": 1})
+	e.waitEvents("StrictARPDisabled", map[string]int{"Warning": 1, "Normal": 1})
+	e.waitEvents("LoadBalancerARPFailing", map[string]int{"Warning": 1, "Normal": 1})
+	e.tl.say("one Event per transition: IPVSModulesMissing, StrictARPDisabled and LoadBalancerARPFailing each have exactly one Warning and one Normal Event")
 	n, err := e.cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -280,6 +283,8 @@ func (e *e2e) stopAgent() {
 	}
 	if !ready {
 		t.Errorf("kubelet's Ready condition was changed: %+v", n.Status.Conditions)
+	} else {
+		e.tl.say("kubelet's Ready condition on the Node is untouched")
 	}
 	e.stopAgentTimed("agent")
 	e.tl.say("figures:")
