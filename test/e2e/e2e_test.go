@@ -382,7 +382,6 @@ func (e *e2e) waitCondition(condType string, status corev1.ConditionStatus, reas
 // more: one Event per transition, never one per loop.
 func (e *e2e) waitEvents(action string, want map[string]int) {
 	e.t.Helper()
-	var last map[string]int
 	e.poll(fmt.Sprintf("Events %v for %s", want, action), func() (bool, string) {
 		list, err := e.cs.EventsV1().Events("").List(e.ctx, metav1.ListOptions{})
 		if err != nil {
@@ -399,7 +398,6 @@ func (e *e2e) waitEvents(action string, want map[string]int) {
 			}
 			got[ev.Type] += n
 		}
-		last = got
 		for k, v := range got {
 			if v > want[k] {
 				e.t.Fatalf("%s: %d %s Events, want %d (one per transition)", action, v, k, want[k])
@@ -412,7 +410,6 @@ func (e *e2e) waitEvents(action string, want map[string]int) {
 		}
 		return true, ""
 	})
-	_ = last
 }
 
 // waitMetric waits until the agent's /metrics has the series with value.
