@@ -7,8 +7,8 @@
 # real node's kernel loads them on demand; here the kernel's modprobe helper
 # is off, so that only ipvs-guard loads IPVS modules), serves
 # POST /cgi-bin/exec on port 8000 (the body is a shell script run with
-# /guest/e2e-lib.sh sourced; the answer is its output and a last line
-# "exit=<code>"), and waits until the host writes the run's verdict to
+# /guest/e2e-lib.sh sourced; the answer is its output, a newline and a last
+# line "exit=<code>"), and waits until the host writes the run's verdict to
 # /run/e2e/done. Everything it starts is stopped before it exits.
 set -u
 mkdir -p /run/e2e /tmp/www/cgi-bin
@@ -34,7 +34,7 @@ printf 'Content-Type: text/plain\r\n\r\n'
 script=$(mktemp /tmp/ctl.XXXXXX)
 head -c "${CONTENT_LENGTH:-0}" >"$script"
 ( . /guest/e2e-lib.sh && . "$script" ) </dev/null 2>&1
-echo "exit=$?"
+printf '\nexit=%d\n' $?
 rm -f "$script"
 EOF
 chmod 0755 /tmp/www/cgi-bin/exec

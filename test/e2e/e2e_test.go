@@ -268,6 +268,9 @@ func (e *e2e) stopAgent() {
 	e.tl.heading("The end")
 	// Exactly one Event per transition over the whole run.
 	e.waitEvents("IPVSModulesMissing", map[string]int{"Warning": 1, "Normal": 1})
+	e.waitEvents("StrictARPDisabled", map[string]int{"Warning": 1, "Normal": 1})
+	e.waitEvents("LoadBalancerARPFailing", map[string]int{"Warning": 1, "Normal": 1})
+	e.tl.say("one Event per transition: IPVSModulesMissing, StrictARPDisabled and LoadBalancerARPFailing each have exactly one Warning and one Normal Event")
 	n, err := e.cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -280,10 +283,9 @@ func (e *e2e) stopAgent() {
 	}
 	if !ready {
 		t.Errorf("kubelet's Ready condition was changed: %+v", n.Status.Conditions)
+	} else {
+		e.tl.say("kubelet's Ready condition on the Node is untouched")
 	}
-	hwm := strings.TrimSpace(e.g.run(ctx, t, `vmhwm agent`))
-	kib, _ := strconv.Atoi(hwm)
-	e.figures = append(e.figures, fmt.Sprintf("agent peak RSS in the guest (VmHWM): %.1f MiB", float64(kib)/1024))
 	e.stopAgentTimed("agent")
 	e.tl.say("figures:")
 	for _, f := range e.figures {
@@ -332,14 +334,21 @@ func (e *e2e) startAgent(remediate bool) {
 var stoppedRE = regexp.MustCompile(`stopped agent rc=(\S+) after ([0-9.]+)s`)
 
 // stopAgentTimed sends SIGTERM and expects exit code 0 within a few seconds.
+// It records the agent's peak RSS (VmHWM) first.
 func (e *e2e) stopAgentTimed(what string) {
+	hwm := strings.TrimSpace(e.g.run(e.ctx, e.t, `vmhwm agent`))
+	kib, err := strconv.Atoi(hwm)
+	if err != nil {
+		e.t.Errorf("reading the agent's VmHWM: %q", hwm)
+	}
+	e.figures = append(e.figures, fmt.Sprintf("%s: peak RSS in the guest (VmHWM) %.1f MiB", what, float64(kib)/1024))
 	out := e.g.run(e.ctx, e.t, `bg_stop agent 10`)
 	m := stoppedRE.FindStringSubmatch(out)
 	if m == nil || m[1] != "0" {
 		e.t.Errorf("%s did not exit 0 on SIGTERM: %s\n%s", what, out, e.guestLog("agent", 30))
 		return
 	}
-	e.tl.say("%s stopped on SIGTERM: exit code 0 after %ss", what, m[2])
+	e.tl.say("%s stopped on SIGTERM: exit code 0 after %ss (peak RSS %.1f MiB)", what, m[2], float64(kib)/1024)
 }
 
 // waitCondition waits until the Node shows condType with status (and
@@ -373,7 +382,6 @@ func (e *e2e) waitCondition(condType string, status corev1.ConditionStatus, reas
 // more: one Event per transition, never one per loop.
 func (e *e2e) waitEvents(action string, want map[string]int) {
 	e.t.Helper()
-	var last map[string]int
 	e.poll(fmt.Sprintf("Events %v for %s", want, action), func() (bool, string) {
 		list, err := e.cs.EventsV1().Events("").List(e.ctx, metav1.ListOptions{})
 		if err != nil {
@@ -390,7 +398,6 @@ func (e *e2e) waitEvents(action string, want map[string]int) {
 			}
 			got[ev.Type] += n
 		}
-		last = got
 		for k, v := range got {
 			if v > want[k] {
 				e.t.Fatalf("%s: %d %s Events, want %d (one per transition)", action, v, k, want[k])
@@ -403,7 +410,6 @@ func (e *e2e) waitEvents(action string, want map[string]int) {
 		}
 		return true, ""
 	})
-	_ = last
 }
 
 // waitMetric waits until the agent's /metrics has the series with value.
@@ -478,6 +484,9 @@ func (e *e2e) finish() {
 				_ = os.WriteFile(filepath.Join(dir, name+".log"), []byte(out), 0o644)
 			}
 		}
+	}
+	if e.t.Failed() && len(e.figures) > 0 {
+		e.t.Logf("figures so far: %s", strings.Join(e.figures, "; "))
 	}
 	verdict := 0
 	if e.t.Failed() {

@@ -32,7 +32,9 @@ func newGuest(url string) *guest {
 	return &guest{url: strings.TrimRight(url, "/"), client: &http.Client{Timeout: 3 * time.Minute}}
 }
 
-var exitLine = regexp.MustCompile(`(?m)^exit=(\d+)\n?$`)
+// exitLine ends every answer; the newline before it is the endpoint's, not
+// the script's.
+var exitLine = regexp.MustCompile(`\nexit=(\d+)\n$`)
 
 // exec runs script in the guest and returns its combined output and exit code.
 func (g *guest) exec(ctx context.Context, script string) (string, int, error) {
@@ -54,13 +56,12 @@ func (g *guest) exec(ctx context.Context, script string) (string, int, error) {
 		return "", 0, fmt.Errorf("guest control endpoint: %s: %s", resp.Status, body)
 	}
 	out := string(body)
-	locs := exitLine.FindAllStringSubmatchIndex(out, -1)
-	if len(locs) == 0 {
+	loc := exitLine.FindStringSubmatchIndex(out)
+	if loc == nil {
 		return out, 0, fmt.Errorf("guest answer has no exit line: %q", out)
 	}
-	last := locs[len(locs)-1]
-	code, _ := strconv.Atoi(out[last[2]:last[3]])
-	return out[:last[0]], code, nil
+	code, _ := strconv.Atoi(out[loc[2]:loc[3]])
+	return out[:loc[0]], code, nil
 }
 
 // run runs script in the guest and fails the test unless it exits 0.

@@ -77,7 +77,9 @@ func (tl *timeline) nodeChanged(n *corev1.Node) {
 		}
 		old, seen := tl.conds[t]
 		tl.conds[t] = c
-		if seen && old.Status == c.Status && old.Reason == c.Reason && old.Message == c.Message {
+		// A new message under the same status and reason (a count, a
+		// version) is not news for the story.
+		if seen && old.Status == c.Status && old.Reason == c.Reason {
 			continue
 		}
 		fmt.Fprintf(tl.w, "%s  Node %s: condition %s=%s (%s)\n", tl.since(), n.Name, t, c.Status, c.Reason)
@@ -94,6 +96,9 @@ func (tl *timeline) eventAdded(e *eventsv1.Event) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	fmt.Fprintf(tl.w, "%s  Event %s %s on %s %s (action %s)\n", tl.since(), e.Type, e.Reason, e.Regarding.Kind, e.Regarding.Name, e.Action)
+	if c, ok := tl.conds[e.Action]; ok && c.Message == e.Note {
+		return // the condition's message, printed just above
+	}
 	if e.Note != "" {
 		fmt.Fprintf(tl.w, "%s       %q\n", strings.Repeat(" ", 7), e.Note)
 	}
