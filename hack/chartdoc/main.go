@@ -111,9 +111,10 @@ const usage = "## Installing\n\n" +
 	"Or without Helm: `kubectl apply -f deploy/manifests/ipvs-guard.yaml` (the chart rendered with its defaults\n" +
 	"into namespace `ipvs-guard`, which it creates; `make manifests` regenerates it).\n\n" +
 	"The agent runs on every node with the host network and only the capabilities it needs: `NET_ADMIN`\n" +
-	"(IPVS netlink), `NET_RAW` (ARP probes) and, when `remediation.enabled` (the default), `SYS_MODULE` with\n" +
-	"host mounts of `/lib/modules` (read-only) and `/etc/modules-load.d`. `remediation.enabled=false` makes a\n" +
-	"report-only agent with neither. It is never privileged. A ValidatingAdmissionPolicy lets its\n" +
+	"(IPVS netlink), `NET_RAW` (ARP probes) and, when `remediation.enabled` (the default), `SYS_MODULE` and a\n" +
+	"writable host mount of `/etc/modules-load.d`. `/lib/modules` and the other modules-load.d directories are\n" +
+	"mounted read-only so the agent sees what the host loads at boot. `remediation.enabled=false` makes a\n" +
+	"report-only agent: no `SYS_MODULE`, no writable host mount. It is never privileged. A ValidatingAdmissionPolicy lets its\n" +
 	"ServiceAccount change only the Node its pod runs on.\n\n"
 
 // walk appends the documented keys under n (a mapping) in file order. A key
