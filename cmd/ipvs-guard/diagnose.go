@@ -79,6 +79,9 @@ func newDiagnoseCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if checkers, err = opts.withDiagnoseClusterARP(cmd.Context(), checkers); err != nil {
+				return err
+			}
 			report := diagnose.Run(cmd.Context(), opts.node(), kernel, checkers)
 			if output == "json" {
 				err = report.WriteJSON(cmd.OutOrStdout())

@@ -64,6 +64,8 @@ type ClusterView struct {
 	servicesSynced cache.InformerSynced
 	nodesSynced    cache.InformerSynced
 
+	// l2StartMu serialises startL2 (the ServiceL2Status informer starts once).
+	l2StartMu sync.Mutex
 	// mu guards l2 and l2Synced, set once the ServiceL2Status CRD is found.
 	mu       sync.RWMutex
 	l2       cache.GenericLister
