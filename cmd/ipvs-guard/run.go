@@ -114,6 +114,7 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 		}
 	}
 	opts.clientset = cs
+	opts.cluster = view.IPVSCluster()
 	checkers, err := opts.checkers(ctx, root, opts.remediate)
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -41,6 +42,7 @@ func TestSyncAndARPTargets(t *testing.T) {
 		node("a", true, `{"eth0":"02:00:00:00:00:0a"}`),
 		node("b", true, `{"eth0":"02:00:00:00:00:0b"}`),
 		node("c", true, ""),
+		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}}},
 	)
 	cs.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{{
 		GroupVersion: ServiceL2StatusGVR.GroupVersion().String(),
@@ -106,6 +108,16 @@ func TestSyncAndARPTargets(t *testing.T) {
 	}
 	if diff := cmp.Diff(wantSharded, gotSharded); diff != "" {
 		t.Errorf("sharded targets (-want +got):\n%s", diff)
+	}
+
+	// The ipvs check reads Services and EndpointSlices from the same caches.
+	svcs, err := v.IPVSCluster().Services(ctx)
+	if err != nil || len(svcs) != 3 {
+		t.Errorf("IPVSCluster().Services() = %d services, %v; want 3", len(svcs), err)
+	}
+	eps, err := v.IPVSCluster().EndpointSlices(ctx)
+	if err != nil || len(eps) != 1 || eps[0].Name != "web-abc" {
+		t.Errorf("IPVSCluster().EndpointSlices() = %v, %v; want web-abc", eps, err)
 	}
 
 	mac := v.NodeMACs("b")[0]
