@@ -14,6 +14,7 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/diagnose"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
 
@@ -30,6 +31,10 @@ type checkOptions struct {
 	// clientset, when set (by `run`, which builds its own, in-cluster or
 	// from --kubeconfig), is what the cluster-aware checks read through.
 	clientset kubernetes.Interface
+	// cluster, when set (by `run`, from its informer caches), is what the
+	// ipvs and arp-sysctls checks read Services and EndpointSlices from;
+	// otherwise they list through the clientset.
+	cluster ipvscheck.Cluster
 
 	// schedulerFromKubeProxy, when set, reads the IPVS scheduler kube-proxy
 	// is configured with (the /configz or ConfigMap lookup).
@@ -77,6 +82,9 @@ func newDiagnoseCommand() *cobra.Command {
 			kernel, _ := root.KernelRelease()
 			checkers, err := opts.checkers(cmd.Context(), root, fix)
 			if err != nil {
+				return err
+			}
+			if checkers, err = opts.withDiagnoseClusterARP(cmd.Context(), checkers); err != nil {
 				return err
 			}
 			report := diagnose.Run(cmd.Context(), opts.node(), kernel, checkers)

@@ -76,7 +76,10 @@ func (o *checkOptions) ipvsCheckers(root hostfs.Root, cs kubernetes.Interface) (
 	var lbIPs arpsysctl.LoadBalancerIPs
 	if cs != nil {
 		fallback = kubeproxy.NodeVersion(cs, o.node())
-		cluster = ipvscheck.NewCluster(cs)
+		cluster = o.cluster
+		if cluster == nil {
+			cluster = ipvscheck.NewCluster(cs)
+		}
 		lbIPs = ipvscheck.LoadBalancerIPs(cluster)
 	}
 	kpc, err := kubeproxy.NewChecker(kubeproxy.CheckerConfig{

@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
+	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck/shard"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/metrics"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
@@ -113,11 +114,12 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 		}
 	}
 	opts.clientset = cs
+	opts.cluster = view.IPVSCluster()
 	checkers, err := opts.checkers(ctx, root, opts.remediate)
 	if err != nil {
 		return err
 	}
-	if checkers, err = opts.withClusterARP(checkers, view, node); err != nil {
+	if checkers, err = opts.withClusterARP(checkers, view, shard.DefaultK); err != nil {
 		return err
 	}
 	for i, c := range checkers {

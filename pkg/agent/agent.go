@@ -12,8 +12,6 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -90,9 +88,6 @@ type Agent struct {
 	published atomic.Bool
 	// lastSync is the unix-nano time of the last finished sync (liveness).
 	lastSync atomic.Int64
-	// l2Mu guards l2Started (the ServiceL2Status informer is started once).
-	l2Mu      sync.Mutex
-	l2Started bool
 }
 
 // New builds an Agent; it starts nothing.
@@ -338,48 +333,10 @@ func (a *Agent) initialPublishTimer(ctx context.Context) {
 	}
 }
 
-// discoverL2 starts the ServiceL2Status informer once discovery shows the CRD.
+// discoverL2 starts the ServiceL2Status informer once discovery shows the
+// CRD; its changes wake the ARP check.
 func (a *Agent) discoverL2(ctx context.Context) {
-	if a.view.dynFactory == nil {
-		return
-	}
-	a.l2Mu.Lock()
-	defer a.l2Mu.Unlock()
-	if a.l2Started {
-		return
-	}
-	list, err := a.view.client.Discovery().ServerResourcesForGroupVersion(ServiceL2StatusGVR.GroupVersion().String())
-	if err != nil {
-		if !apierrors.IsNotFound(err) {
-			klog.FromContext(ctx).V(2).Info("Cannot discover MetalLB ServiceL2Status yet", "err", err)
-		}
-		return
-	}
-	found := false
-	for _, r := range list.APIResources {
-		if r.Name == ServiceL2StatusGVR.Resource {
-			found = true
-		}
-	}
-	if !found {
-		return
-	}
-	inf := a.view.dynFactory.ForResource(ServiceL2StatusGVR)
-	_ = inf.Informer().SetTransform(func(obj any) (any, error) {
-		if m, ok := obj.(metav1.Object); ok {
-			m.SetManagedFields(nil)
-		}
-		return obj, nil
-	})
-	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { a.enqueue(check.NameARP) },
-		UpdateFunc: func(any, any) { a.enqueue(check.NameARP) },
-		DeleteFunc: func(any) { a.enqueue(check.NameARP) },
-	})
-	a.view.setL2(inf.Lister(), inf.Informer().HasSynced)
-	a.view.dynFactory.Start(ctx.Done())
-	a.l2Started = true
-	klog.FromContext(ctx).Info("Watching MetalLB ServiceL2Status")
+	a.view.startL2(ctx, func() { a.enqueue(check.NameARP) })
 }
 
 func (a *Agent) processNextWorkItem(ctx context.Context) bool {

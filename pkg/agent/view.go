@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -63,14 +64,19 @@ type ClusterView struct {
 	nodes          corelisters.NodeLister
 	servicesSynced cache.InformerSynced
 	nodesSynced    cache.InformerSynced
+	slices         discoverylisters.EndpointSliceLister
+	slicesSynced   cache.InformerSynced
 
+	// l2StartMu serialises startL2 (the ServiceL2Status informer starts once).
+	l2StartMu sync.Mutex
 	// mu guards l2 and l2Synced, set once the ServiceL2Status CRD is found.
 	mu       sync.RWMutex
 	l2       cache.GenericLister
 	l2Synced cache.InformerSynced
 }
 
-// NewClusterView sets up (without starting) informers for Services, Nodes
+// NewClusterView sets up (without starting) informers for Services, Nodes,
+// EndpointSlices (the ipvs check compares real servers with ready endpoints)
 // and, when dyn is not nil and the CRD exists, MetalLB's ServiceL2Status.
 // All Nodes are watched, not only the agent's own: the ARP check shards IPs
 // over the Ready nodes and names responders from every node's MACs. Caches
@@ -81,11 +87,14 @@ func NewClusterView(nodeName string, client kubernetes.Interface, dyn dynamic.In
 	_ = svc.Informer().SetTransform(stripService)
 	nodes := f.Core().V1().Nodes()
 	_ = nodes.Informer().SetTransform(stripNode)
+	eps := f.Discovery().V1().EndpointSlices()
+	_ = eps.Informer().SetTransform(stripManagedFields)
 	v := &ClusterView{
 		nodeName: nodeName, client: client, factory: f,
 		svcInformer: svc.Informer(), nodeInformer: nodes.Informer(),
 		services: svc.Lister(), servicesSynced: svc.Informer().HasSynced,
 		nodes: nodes.Lister(), nodesSynced: nodes.Informer().HasSynced,
+		slices: eps.Lister(), slicesSynced: eps.Informer().HasSynced,
 	}
 	if dyn != nil {
 		v.dynFactory = dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
@@ -101,7 +110,7 @@ func (v *ClusterView) setL2(l cache.GenericLister, synced cache.InformerSynced) 
 
 // HasSynced reports whether every informer behind the view completed its first list.
 func (v *ClusterView) HasSynced() bool {
-	if v == nil || !v.servicesSynced() || !v.nodesSynced() {
+	if v == nil || !v.servicesSynced() || !v.nodesSynced() || !v.slicesSynced() {
 		return false
 	}
 	v.mu.RLock()

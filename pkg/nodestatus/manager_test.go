@@ -246,7 +246,12 @@ func TestManagerRunRetriesAfterFailure(t *testing.T) {
 	}
 	f.clock.Step(time.Second)
 	waitFor(t, func() bool { return condition(f.client.Node(), StrictARPDisabled) != nil })
-	if diff := cmp.Diff([]string{"Warning ArpIgnoreOff arp_ignore=0."}, f.events()); diff != "" {
+	// The Event follows the successful patch from the manager's goroutine.
+	var events []string
+	waitFor(t, func() bool { events = append(events, f.events()...); return len(events) > 0 })
+	time.Sleep(50 * time.Millisecond) // a second, wrong Event would show up by now
+	events = append(events, f.events()...)
+	if diff := cmp.Diff([]string{"Warning ArpIgnoreOff arp_ignore=0."}, events); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
 	if last, err := f.m.LastSync(); err != nil || last.IsZero() {

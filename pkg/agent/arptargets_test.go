@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck/shard"
+)
+
+func l2Status(name, node, svcNS, svcName string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "metallb.io/v1beta1",
+		"kind":       "ServiceL2Status",
+		"metadata":   map[string]any{"namespace": "metallb-system", "name": name},
+		"status": map[string]any{
+			"node": node, "serviceName": svcName, "serviceNamespace": svcNS,
+			"interfaces": []any{map[string]any{"name": "eth0"}},
+		},
+	}}
+}
+
+func TestSyncAndARPTargets(t *testing.T) {
+	cs := fake.NewClientset(
+		lbService("default", "web", "192.0.2.20", "2001:db8::20"),
+		lbService("default", "mine", "192.0.2.30"),
+		lbService("other", "dns", "192.0.2.10"),
+		node("a", true, `{"eth0":"02:00:00:00:00:0a"}`),
+		node("b", true, `{"eth0":"02:00:00:00:00:0b"}`),
+		node("c", true, ""),
+		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}}},
+	)
+	cs.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{{
+		GroupVersion: ServiceL2StatusGVR.GroupVersion().String(),
+		APIResources: []metav1.APIResource{{Name: ServiceL2StatusGVR.Resource, Namespaced: true, Kind: "ServiceL2Status"}},
+	}}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{ServiceL2StatusGVR: "ServiceL2StatusList"},
+		l2Status("l2-web", "b", "default", "web"),
+		l2Status("l2-mine", "a", "default", "mine"),
+	)
+	v := NewClusterView("a", cs, dyn)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer v.factory.Shutdown()
+	defer v.dynFactory.Shutdown()
+	defer cancel()
+	if err := v.Sync(ctx); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+	if !v.HasServiceL2Status() {
+		t.Fatal("ServiceL2Status not discovered")
+	}
+
+	type target struct {
+		IP, Node, Service string
+		MACs              []string
+	}
+	targets := func(k int) []target {
+		ts, err := v.ARPTargets(k)(ctx)
+		if err != nil {
+			t.Fatalf("ARPTargets(%d): %v", k, err)
+		}
+		var out []target
+		for _, tg := range ts {
+			var macs []string
+			for _, m := range tg.ExpectedMACs {
+				macs = append(macs, m.String())
+			}
+			out = append(out, target{tg.IP.String(), tg.ExpectedNode, tg.Service, macs})
+		}
+		return out
+	}
+
+	// Every IPv4 IP but the one node a announces itself (192.0.2.30).
+	want := []target{
+		{IP: "192.0.2.10", Service: "other/dns"},
+		{IP: "192.0.2.20", Node: "b", Service: "default/web", MACs: []string{"02:00:00:00:00:0b"}},
+	}
+	if diff := cmp.Diff(want, targets(0)); diff != "" {
+		t.Errorf("unsharded targets (-want +got):\n%s", diff)
+	}
+
+	// Sharded to one prober per IP: exactly the IPs the assigner gives node a.
+	assign := shard.NewAssigner([]string{"a", "b", "c"}, 1)
+	var wantSharded []string
+	for _, w := range want {
+		if slices.Contains(assign.Probers(shard.IP{Addr: netip.MustParseAddr(w.IP), Announcer: w.Node}), "a") {
+			wantSharded = append(wantSharded, w.IP)
+		}
+	}
+	var gotSharded []string
+	for _, tg := range targets(1) {
+		gotSharded = append(gotSharded, tg.IP)
+	}
+	if diff := cmp.Diff(wantSharded, gotSharded); diff != "" {
+		t.Errorf("sharded targets (-want +got):\n%s", diff)
+	}
+
+	// The ipvs check reads Services and EndpointSlices from the same caches.
+	svcs, err := v.IPVSCluster().Services(ctx)
+	if err != nil || len(svcs) != 3 {
+		t.Errorf("IPVSCluster().Services() = %d services, %v; want 3", len(svcs), err)
+	}
+	eps, err := v.IPVSCluster().EndpointSlices(ctx)
+	if err != nil || len(eps) != 1 || eps[0].Name != "web-abc" {
+		t.Errorf("IPVSCluster().EndpointSlices() = %v, %v; want web-abc", eps, err)
+	}
+
+	mac := v.NodeMACs("b")[0]
+	if n, ok := v.ResponderNode(mac); !ok || n != "b" {
+		t.Errorf("ResponderNode(%s) = %q, %v", mac, n, ok)
+	}
+}

@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
+)
+
+// IPVSCluster serves the ipvs check's Services and EndpointSlices from the
+// view's caches, so a resync sends no LIST to the API server and keeps
+// working from the last known state while it is down.
+func (v *ClusterView) IPVSCluster() ipvscheck.Cluster { return viewCluster{v} }
+
+type viewCluster struct{ v *ClusterView }
+
+var _ ipvscheck.Cluster = viewCluster{}
+
+func (c viewCluster) Services(context.Context) ([]corev1.Service, error) {
+	svcs, err := c.v.Services()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]corev1.Service, 0, len(svcs))
+	for _, s := range svcs {
+		out = append(out, *s)
+	}
+	return out, nil
+}
+
+func (c viewCluster) EndpointSlices(context.Context) ([]discoveryv1.EndpointSlice, error) {
+	if !c.v.slicesSynced() {
+		return nil, ErrNotSynced
+	}
+	eps, err := c.v.slices.List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("listing EndpointSlices from cache: %w", err)
+	}
+	out := make([]discoveryv1.EndpointSlice, 0, len(eps))
+	for _, e := range eps {
+		out = append(out, *e)
+	}
+	return out, nil
+}
+
+// stripManagedFields drops managed fields, never read, from cached objects.
+func stripManagedFields(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// startL2 starts the ServiceL2Status informer once discovery shows MetalLB's
+// CRD (it may be installed after the agent starts, so callers retry on each
+// resync); onChange, when not nil, is called on every change. It is a no-op
+// once the informer runs or when the view has no dynamic client.
+func (v *ClusterView) startL2(ctx context.Context, onChange func()) {
+	if v.dynFactory == nil {
+		return
+	}
+	v.l2StartMu.Lock()
+	defer v.l2StartMu.Unlock()
+	if v.HasServiceL2Status() {
+		return
+	}
+	list, err := v.client.Discovery().ServerResourcesForGroupVersion(ServiceL2StatusGVR.GroupVersion().String())
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			klog.FromContext(ctx).V(2).Info("Cannot discover MetalLB ServiceL2Status yet", "err", err)
+		}
+		return
+	}
+	found := false
+	for _, r := range list.APIResources {
+		if r.Name == ServiceL2StatusGVR.Resource {
+			found = true
+		}
+	}
+	if !found {
+		return
+	}
+	inf := v.dynFactory.ForResource(ServiceL2StatusGVR)
+	_ = inf.Informer().SetTransform(func(obj any) (any, error) {
+		if m, ok := obj.(metav1.Object); ok {
+			m.SetManagedFields(nil)
+		}
+		return obj, nil
+	})
+	if onChange != nil {
+		_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { onChange() },
+			UpdateFunc: func(any, any) { onChange() },
+			DeleteFunc: func(any) { onChange() },
+		})
+	}
+	v.setL2(inf.Lister(), inf.Informer().HasSynced)
+	v.dynFactory.Start(ctx.Done())
+	klog.FromContext(ctx).Info("Watching MetalLB ServiceL2Status")
+}
+
+// Sync fills the view once for a one-shot caller such as `diagnose`: it
+// starts the informers (stopped when ctx ends), looks for MetalLB's
+// ServiceL2Status, and waits until every cache holds its first list.
+func (v *ClusterView) Sync(ctx context.Context) error {
+	v.factory.Start(ctx.Done())
+	v.startL2(ctx, nil)
+	if !cache.WaitForCacheSync(ctx.Done(), v.HasSynced) {
+		return fmt.Errorf("listing Services, Nodes and ServiceL2Statuses: %w", context.Cause(ctx))
+	}
+	return nil
+}
