@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -153,13 +154,20 @@ func createService(ctx context.Context, cs kubernetes.Interface, ns string, s se
 	return nil
 }
 
+// agentContainer is what the guest needs from the DaemonSet's container.
+type agentContainer struct {
+	args []string // command and args
+	caps []string // capabilities added after dropping ALL
+}
+
 // agentPod creates the Pod the DaemonSet controller would create on node
 // (from the shipped DaemonSet's template) and returns it with the container's
-// args. No kubelet runs it: the guest starts the binary itself.
-func agentPod(ctx context.Context, cs kubernetes.Interface, ns, ds, node string) (*corev1.Pod, []string, error) {
+// args and capabilities. No kubelet runs it: the guest starts the binary itself.
+func agentPod(ctx context.Context, cs kubernetes.Interface, ns, ds, node string) (*corev1.Pod, agentContainer, error) {
+	var ac agentContainer
 	d, err := cs.AppsV1().DaemonSets(ns).Get(ctx, ds, metav1.GetOptions{})
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading daemonset %s/%s: %w", ns, ds, err)
+		return nil, ac, fmt.Errorf("reading daemonset %s/%s: %w", ns, ds, err)
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -171,16 +179,25 @@ func agentPod(ctx context.Context, cs kubernetes.Interface, ns, ds, node string)
 	pod.Spec.NodeName = node
 	created, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
-		return nil, nil, fmt.Errorf("creating the agent pod: %w", err)
+		return nil, ac, fmt.Errorf("creating the agent pod: %w", err)
 	}
-	var args []string
 	for _, c := range d.Spec.Template.Spec.Containers {
-		if c.Name == "ipvs-guard" || len(d.Spec.Template.Spec.Containers) == 1 {
-			args = append(args, c.Command...)
-			args = append(args, c.Args...)
+		if c.Name != "ipvs-guard" && len(d.Spec.Template.Spec.Containers) > 1 {
+			continue
+		}
+		ac.args = append(append(ac.args, c.Command...), c.Args...)
+		sc := c.SecurityContext
+		if sc == nil || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+			return nil, ac, fmt.Errorf("the DaemonSet's container does not drop ALL capabilities")
+		}
+		if sc.Privileged != nil && *sc.Privileged {
+			return nil, ac, fmt.Errorf("the DaemonSet's container is privileged")
+		}
+		for _, cp := range sc.Capabilities.Add {
+			ac.caps = append(ac.caps, string(cp))
 		}
 	}
-	return created, args, nil
+	return created, ac, nil
 }
 
 // podToken asks for a token of the Pod's ServiceAccount bound to the Pod, as

@@ -53,9 +53,9 @@ type e2e struct {
 	tl      *timeline
 	metrics string
 
-	agentArgs []string // the shipped DaemonSet's container args
-	kpFlags   []string
-	figures   []string
+	agent   agentContainer // the shipped DaemonSet's container
+	kpFlags []string
+	figures []string
 }
 
 func TestE2E(t *testing.T) {
@@ -105,11 +105,11 @@ func (e *e2e) setupCluster(srv *apiservertest.Server) {
 	}
 	e.tl.say("created ClusterIP Service default/web %s:80 with one ready endpoint", webClusterIP)
 
-	pod, args, err := agentPod(ctx, e.cs, agentNS, agentDS, nodeName)
+	pod, ac, err := agentPod(ctx, e.cs, agentNS, agentDS, nodeName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.agentArgs = args
+	e.agent = ac
 	agentTok, err := podToken(ctx, e.cs, pod)
 	if err != nil {
 		t.Fatal(err)
@@ -305,11 +305,33 @@ func (e *e2e) startKubeProxy(strictARP bool) {
 	e.tl.say("kube-proxy v1.37.1 started: %s", strings.Join(e.kpFlags[1:6], " "))
 }
 
+// capBits are the capability numbers (linux/capability.h) the agent may hold.
+var capBits = map[string]uint{"NET_ADMIN": 12, "NET_RAW": 13, "SYS_MODULE": 16}
+
 // startAgent starts `ipvs-guard run` with the shipped DaemonSet's args (the
-// chart's defaults), report-only unless remediate.
+// chart's defaults), report-only unless remediate, holding only the
+// DaemonSet's capabilities (a report-only chart drops SYS_MODULE) with
+// no-new-privs, as in the pod.
 func (e *e2e) startAgent(remediate bool) {
+	var caps []string
+	var want uint64
+	for _, c := range e.agent.caps {
+		if c == "SYS_MODULE" && !remediate {
+			continue
+		}
+		bit, ok := capBits[c]
+		if !ok {
+			e.t.Fatalf("the DaemonSet adds capability %s, which the agent should not need", c)
+		}
+		caps = append(caps, c)
+		want |= 1 << bit
+	}
+	bounding := "-all"
+	for _, c := range caps {
+		bounding += ",+" + strings.ToLower(c)
+	}
 	args := []string{}
-	for _, a := range e.agentArgs {
+	for _, a := range e.agent.args {
 		switch {
 		case a == "--remediate", strings.HasPrefix(a, "--resync-period="), strings.HasPrefix(a, "--kubeconfig="):
 			continue
@@ -317,18 +339,26 @@ func (e *e2e) startAgent(remediate bool) {
 		args = append(args, a)
 	}
 	if len(args) == 0 || args[0] != "run" {
-		e.t.Fatalf("the DaemonSet's args do not start with run: %q", e.agentArgs)
+		e.t.Fatalf("the DaemonSet's args do not start with run: %q", e.agent.args)
 	}
 	args = append(args, "--kubeconfig=/run/e2e/agent.kubeconfig", "--scheduler=lc", "--resync-period="+resync)
 	if remediate {
 		args = append(args, "--remediate")
 	}
-	e.g.run(e.ctx, e.t, `NODE_NAME=`+nodeName+` bg_start agent /usr/local/bin/ipvs-guard `+strings.Join(args, " "))
+	e.g.run(e.ctx, e.t, `NODE_NAME=`+nodeName+` bg_start agent /usr/libexec/e2e/setpriv --bounding-set `+bounding+
+		` --inh-caps -all --no-new-privs -- /usr/local/bin/ipvs-guard `+strings.Join(args, " "))
+	// Once setpriv has exec'd the agent, read what the agent holds.
+	eff := strings.TrimSpace(e.waitGuest(30*time.Second, `p=$(cat /run/e2e/agent.pid)
+[ "$(readlink /proc/$p/exe)" = /usr/local/bin/ipvs-guard ] && awk '/^CapEff:/ {print $2}' /proc/$p/status`))
+	if got, err := strconv.ParseUint(eff, 16, 64); err != nil || got != want {
+		e.t.Fatalf("agent's effective capabilities %s, want %016x (%v)", eff, want, caps)
+	}
 	mode := "report-only (remediation.enabled=false)"
 	if remediate {
 		mode = "with --remediate"
 	}
-	e.tl.say("ipvs-guard run started on the node, %s: %s", mode, strings.Join(args, " "))
+	e.tl.say("ipvs-guard run started on the node, %s, with only the DaemonSet's capabilities %s (no-new-privs): %s",
+		mode, strings.Join(caps, ","), strings.Join(args, " "))
 }
 
 var stoppedRE = regexp.MustCompile(`stopped agent rc=(\S+) after ([0-9.]+)s`)

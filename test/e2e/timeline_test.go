@@ -90,11 +90,16 @@ func (tl *timeline) nodeChanged(n *corev1.Node) {
 }
 
 func (tl *timeline) eventAdded(e *eventsv1.Event) {
-	if e.ReportingController != "ipvs-guard" {
-		return
-	}
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
+	if e.ReportingController != "ipvs-guard" {
+		// Other components' warnings (kube-proxy's IPVS deprecation) are
+		// part of the story too; their routine Normal Events are not.
+		if e.Type == "Warning" {
+			fmt.Fprintf(tl.w, "%s  Event %s %s from %s: %s\n", tl.since(), e.Type, e.Reason, e.ReportingController, e.Note)
+		}
+		return
+	}
 	fmt.Fprintf(tl.w, "%s  Event %s %s on %s %s (action %s)\n", tl.since(), e.Type, e.Reason, e.Regarding.Kind, e.Regarding.Name, e.Action)
 	if c, ok := tl.conds[e.Action]; ok && c.Message == e.Note {
 		return // the condition's message, printed just above
