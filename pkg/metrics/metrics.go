@@ -79,13 +79,6 @@ func (m *Metrics) ObserveModuleLoad(module string, err error) {
 	m.moduleLoads.WithLabelValues(module, result).Inc()
 }
 
-// ObserveARPProbe records one ARP probe that ended with result after d. Use it
-// when the prober reports probes itself; [Metrics.ObserveCheck] already
-// records the round-trip times found in ARP results.
-func (m *Metrics) ObserveARPProbe(result string, d time.Duration) {
-	m.arpProbeDuration.WithLabelValues(result).Observe(d.Seconds())
-}
-
 // NewRegistry returns the registry `ipvs-guard run` serves on /metrics with
 // the Go runtime and process metrics and the activity [Metrics], which it also
 // returns for [Instrument] and [CountingLoader]. Register the state
