@@ -134,27 +134,7 @@ func BenchmarkNetNSRTT(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	probe := func(p *Prober) time.Duration {
-		obs, err := p.Probe(ctx, []netip.Addr{target})
-		if err != nil || len(obs[0].MACs) != 1 {
-			b.Fatalf("probe: %v %v", obs, err)
-		}
-		return obs[0].RTT
-	}
-	var stamped, user, theirs []time.Duration
-	for b.Loop() {
-		stamped, user, theirs = stamped[:0], user[:0], theirs[:0]
-		for range n {
-			stamped = append(stamped, probe(p))
-			user = append(user, probe(plain))
-			r := arping(b, prober, "eth0", target.String(), "-c", "1", "-w", "1")
-			if len(r.rtts) != 1 {
-				b.Fatalf("arping: %s", r.out)
-			}
-			theirs = append(theirs, r.rtts[0])
-		}
-	}
-	ms, mu, mt := median(stamped), median(user), median(theirs)
+	ms, mu, mt := rttMedians(ctx, b, p, plain, prober, target, n)
 	b.ReportMetric(float64(mu.Microseconds()), "ipvsguard-median-rtt-us")
 	b.ReportMetric(float64(ms.Microseconds()), "ipvsguard-kernel-stamped-median-rtt-us")
 	b.ReportMetric(float64(mt.Microseconds()), "arping-median-rtt-us")
@@ -165,6 +145,33 @@ func BenchmarkNetNSRTT(b *testing.B) {
 
 // plainSocket hides the kernel receive timestamps of a socket.
 type plainSocket struct{ Socket }
+
+// rttMedians probes target n times per benchmark iteration with p (kernel
+// receive timestamps), plain (user-space timestamps, as arping takes them)
+// and arping in the prober namespace, and returns the three median RTTs.
+func rttMedians(ctx context.Context, b *testing.B, p, plain *Prober, prober string, target netip.Addr, n int) (stamped, user, arpingRTT time.Duration) {
+	probe := func(p *Prober) time.Duration {
+		obs, err := p.Probe(ctx, []netip.Addr{target})
+		if err != nil || len(obs[0].MACs) != 1 {
+			b.Fatalf("probe: %v %v", obs, err)
+		}
+		return obs[0].RTT
+	}
+	var ss, us, ts []time.Duration
+	for b.Loop() {
+		ss, us, ts = ss[:0], us[:0], ts[:0]
+		for range n {
+			ss = append(ss, probe(p))
+			us = append(us, probe(plain))
+			r := arping(b, prober, "eth0", target.String(), "-c", "1", "-w", "1")
+			if len(r.rtts) != 1 {
+				b.Fatalf("arping: %s", r.out)
+			}
+			ts = append(ts, r.rtts[0])
+		}
+	}
+	return median(ss), median(us), median(ts)
+}
 
 func median(d []time.Duration) time.Duration {
 	s := slices.Clone(d)
@@ -242,27 +249,7 @@ func BenchmarkNetNSRTTSlowResponder(b *testing.B) {
 	}
 	p, _ := NewProber(sock, dst, rt.Interface, rt.MAC, rt.Src, ProbeOptions{Window: 50 * time.Millisecond, Attempts: 1})
 	plain, _ := NewProber(plainSocket{sock}, dst, rt.Interface, rt.MAC, rt.Src, ProbeOptions{Window: 50 * time.Millisecond, Attempts: 1})
-	probe := func(p *Prober) time.Duration {
-		obs, err := p.Probe(ctx, []netip.Addr{target})
-		if err != nil || len(obs[0].MACs) != 1 {
-			b.Fatalf("probe: %v %v", obs, err)
-		}
-		return obs[0].RTT
-	}
-	var stamped, user, theirs []time.Duration
-	for b.Loop() {
-		stamped, user, theirs = stamped[:0], user[:0], theirs[:0]
-		for range n {
-			stamped = append(stamped, probe(p))
-			user = append(user, probe(plain))
-			r := arping(b, prober, "eth0", target.String(), "-c", "1", "-w", "1")
-			if len(r.rtts) != 1 {
-				b.Fatalf("arping: %s", r.out)
-			}
-			theirs = append(theirs, r.rtts[0])
-		}
-	}
-	ms, mu, mt := median(stamped), median(user), median(theirs)
+	ms, mu, mt := rttMedians(ctx, b, p, plain, prober, target, n)
 	b.ReportMetric(float64(ms.Microseconds()), "ipvsguard-median-rtt-us")
 	b.ReportMetric(float64(mu.Microseconds()), "ipvsguard-userspace-median-rtt-us")
 	b.ReportMetric(float64(mt.Microseconds()), "arping-median-rtt-us")
