@@ -474,7 +474,7 @@ func TestKernelMismatchDoesNotLoad(t *testing.T) {
 	}
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)

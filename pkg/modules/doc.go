@@ -10,7 +10,9 @@
 // checked with --root):
 //
 //   - /proc/sys/kernel/osrelease, /proc/modules, /sys/module/<name>
-//   - /lib/modules/<release>/modules.{dep,builtin,softdep,alias}
+//   - /lib/modules/<release>/modules.{dep,builtin,softdep,alias}, and
+//     modules.alias.bin (depmod's binary trie, searched like kmod does) when
+//     loading, the text modules.alias standing in when it is missing or malformed
 //   - *.conf in /etc/modules-load.d, /run/modules-load.d,
 //     /usr/local/lib/modules-load.d, /usr/lib/modules-load.d, /lib/modules-load.d
 //     (same-named files in earlier directories override later ones), and

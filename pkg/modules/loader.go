@@ -74,6 +74,8 @@ type NativeLoader struct {
 	confAliases []Alias // modprobe.d
 	aliasFile   string  // path of modules.alias, read on the first alias lookup
 	aliasData   *string // its content once read ("" when missing)
+	aliasBin    *binIndex
+	aliasBinErr error // why modules.alias.bin is not used, once tried
 	softdeps    map[string]Softdep
 	options     map[string]string
 	blacklist   map[string]bool
@@ -280,10 +282,23 @@ func (l *NativeLoader) lookup(name string) []string {
 	return nil
 }
 
-// moduleAliases resolves name through modules.alias, reading the file on
-// first use (most loads never need it). A missing or unreadable file
-// resolves nothing.
+// moduleAliases resolves name through depmod's alias index, reading it on
+// first use (most loads never need it): modules.alias.bin, searched as
+// kmod's modprobe does, or — when that file is missing or malformed — the
+// text modules.alias, scanned line by line. Both give the same candidates
+// in the same order (depmod's module order). A missing or unreadable text
+// file resolves nothing.
 func (l *NativeLoader) moduleAliases(name string) []string {
+	if l.aliasBin == nil && l.aliasBinErr == nil {
+		l.aliasBin, l.aliasBinErr = readBinIndex(l.aliasFile + ".bin")
+	}
+	if l.aliasBin != nil {
+		c, err := resolveAliasBin(l.aliasBin, name)
+		if err == nil {
+			return c
+		}
+		l.aliasBin, l.aliasBinErr = nil, fmt.Errorf("searching %s.bin: %w", l.aliasFile, err)
+	}
 	if l.aliasData == nil {
 		b, err := os.ReadFile(l.aliasFile)
 		s := ""
@@ -293,6 +308,19 @@ func (l *NativeLoader) moduleAliases(name string) []string {
 		l.aliasData = &s
 	}
 	return scanAliases(*l.aliasData, name)
+}
+
+// readBinIndex reads and checks a binary index file.
+func readBinIndex(path string) (*binIndex, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading binary index: %w", err)
+	}
+	x, err := parseBinIndex(b)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return x, nil
 }
 
 // insertTree loads module name after its pre softdeps and its dependencies
