@@ -15,6 +15,7 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/diagnose"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
 
@@ -36,9 +37,9 @@ type checkOptions struct {
 	// otherwise they list through the clientset.
 	cluster ipvscheck.Cluster
 
-	// schedulerFromKubeProxy, when set, reads the IPVS scheduler kube-proxy
-	// is configured with (the /configz or ConfigMap lookup).
-	schedulerFromKubeProxy func(ctx context.Context) (string, error)
+	// schedulers resolves the IPVS scheduler every check assumes, on every
+	// run (built by checkers).
+	schedulers *kubeproxy.SchedulerResolver
 	// loader, when set, loads modules for the modules check (the agent
 	// passes one that counts load attempts); nil uses the native loader.
 	loader modules.Loader
@@ -125,17 +126,14 @@ func (o *checkOptions) checkers(ctx context.Context, root hostfs.Root, remediate
 	if err != nil {
 		return nil, err
 	}
-	if o.schedulerFromKubeProxy == nil {
-		kp := o.kubeProxyClient()
-		o.schedulerFromKubeProxy = func(ctx context.Context) (string, error) {
-			s, _ := o.resolveScheduler(ctx, kp, kube)
-			return s, nil
-		}
-	}
+	o.schedulers = o.schedulerResolver(o.kubeProxyClient(), kube)
 	cs := []check.Checker{
 		modules.NewChecker(modules.Config{
-			Root:      root,
-			Scheduler: o.ipvsScheduler(ctx),
+			Root: root,
+			SchedulerFunc: func(ctx context.Context) string {
+				s, _ := o.schedulers.Resolve(ctx)
+				return s
+			},
 			Remediate: remediate,
 			Loader:    o.loader,
 		}),
@@ -151,21 +149,4 @@ func (o *checkOptions) checkers(ctx context.Context, root hostfs.Root, remediate
 	}
 	cs = append(cs, arp)
 	return cs, nil
-}
-
-// ipvsScheduler resolves the IPVS scheduler whose module the modules check
-// wants: --scheduler when given, else what kube-proxy is configured with,
-// else rr. The kube-proxy lookup (/configz at --kube-proxy-metrics-address,
-// then the kube-proxy ConfigMap) is kubeproxy.ResolveScheduler, wired in
-// checkers through schedulerFromKubeProxy.
-func (o *checkOptions) ipvsScheduler(ctx context.Context) string {
-	if o.scheduler != "" {
-		return o.scheduler
-	}
-	if o.schedulerFromKubeProxy != nil {
-		if s, err := o.schedulerFromKubeProxy(ctx); err == nil && s != "" {
-			return s
-		}
-	}
-	return modules.DefaultScheduler
 }

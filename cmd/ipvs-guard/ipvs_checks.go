@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -54,15 +53,16 @@ func (o *checkOptions) kubeProxyClient() *kubeproxy.Client {
 	return kubeproxy.NewClient(addr, kubeproxy.DefaultTimeout)
 }
 
-// resolveScheduler is the IPVS scheduler every check assumes (DESIGN §8):
-// --scheduler, else kube-proxy's /configz, else the kube-proxy ConfigMap
-// (with a kubeconfig), else rr; and where it came from.
-func (o *checkOptions) resolveScheduler(ctx context.Context, kp *kubeproxy.Client, cs kubernetes.Interface) (string, string) {
+// schedulerResolver resolves the IPVS scheduler every check assumes
+// (DESIGN §8): --scheduler, else kube-proxy's /configz, else the kube-proxy
+// ConfigMap (with a kubeconfig), else the last scheduler one of them gave,
+// else rr.
+func (o *checkOptions) schedulerResolver(kp *kubeproxy.Client, cs kubernetes.Interface) *kubeproxy.SchedulerResolver {
 	sources := []kubeproxy.SchedulerSource{kubeproxy.ConfigzScheduler(kp)}
 	if cs != nil {
 		sources = append(sources, kubeproxy.ConfigMapScheduler(cs))
 	}
-	return kubeproxy.ResolveScheduler(ctx, o.scheduler, sources...)
+	return kubeproxy.NewSchedulerResolver(o.scheduler, sources...)
 }
 
 // ipvsCheckers builds the kube-proxy, ipvs and arp-sysctls checks. They
@@ -94,7 +94,7 @@ func (o *checkOptions) ipvsCheckers(root hostfs.Root, cs kubernetes.Interface) (
 		KubeProxy: kp,
 		Cluster:   cluster,
 		NodeName:  o.node(),
-		Scheduler: func(ctx context.Context) (string, string) { return o.resolveScheduler(ctx, kp, cs) },
+		Scheduler: o.schedulers.Resolve,
 		Distro:    d,
 	})
 	if err != nil {

@@ -126,3 +126,34 @@ func TestClientNotFoundAndTimeout(t *testing.T) {
 		t.Errorf("timeout: err = %v, want a plain error", err)
 	}
 }
+
+func TestSchedulerResolverRemembers(t *testing.T) {
+	ctx := context.Background()
+	answer, fail := "lc", false
+	src := SchedulerSource{Name: FromConfigz, Get: func(context.Context) (string, error) {
+		if fail {
+			return "", ErrUnreachable
+		}
+		return answer, nil
+	}}
+	r := NewSchedulerResolver("", src)
+	fail = true
+	if s, from := r.Resolve(ctx); s != DefaultScheduler || from != FromDefault {
+		t.Errorf("before any answer: %q from %q, want the default", s, from)
+	}
+	fail = false
+	if s, from := r.Resolve(ctx); s != "lc" || from != FromConfigz {
+		t.Errorf("answering: %q from %q", s, from)
+	}
+	fail = true
+	if s, from := r.Resolve(ctx); s != "lc" || from != FromLastKnown+FromConfigz {
+		t.Errorf("source gone: %q from %q, want the last known lc", s, from)
+	}
+	fail, answer = false, "sh"
+	if s, _ := r.Resolve(ctx); s != "sh" {
+		t.Errorf("changed config: %q, want sh", s)
+	}
+	if s, from := NewSchedulerResolver("wrr", src).Resolve(ctx); s != "wrr" || from != FromFlag {
+		t.Errorf("override: %q from %q", s, from)
+	}
+}

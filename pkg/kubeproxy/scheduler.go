@@ -5,6 +5,7 @@ package kubeproxy
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -25,6 +26,9 @@ const (
 	FromConfigz   = "kube-proxy /configz"
 	FromConfigMap = "kube-proxy ConfigMap"
 	FromDefault   = "default"
+	// FromLastKnown prefixes the source of a scheduler remembered from an
+	// earlier answer while no source answers now.
+	FromLastKnown = "last known from "
 )
 
 // ConfigzScheduler reads the scheduler from kube-proxy's /configz; a
@@ -88,6 +92,45 @@ func ResolveScheduler(ctx context.Context, override string, sources ...Scheduler
 		}
 	}
 	return DefaultScheduler, FromDefault
+}
+
+// SchedulerResolver resolves the IPVS scheduler on every call, like
+// ResolveScheduler, and remembers the last scheduler a source gave. While no
+// source answers (kube-proxy crash-looping, often because its scheduler's
+// module is missing, and no kube-proxy ConfigMap) it keeps answering with
+// that scheduler rather than falling back to the default, so a node agent
+// that once saw "lc" keeps wanting ip_vs_lc. Safe for concurrent use.
+type SchedulerResolver struct {
+	override string
+	sources  []SchedulerSource
+
+	// mu guards last and lastFrom.
+	mu       sync.Mutex
+	last     string
+	lastFrom string
+}
+
+// NewSchedulerResolver returns a resolver over override (the --scheduler
+// flag) and sources, in order.
+func NewSchedulerResolver(override string, sources ...SchedulerSource) *SchedulerResolver {
+	return &SchedulerResolver{override: override, sources: sources}
+}
+
+// Resolve returns the scheduler the checks should assume now and where it came from.
+func (r *SchedulerResolver) Resolve(ctx context.Context) (scheduler, from string) {
+	s, from := ResolveScheduler(ctx, r.override, r.sources...)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch from {
+	case FromDefault:
+		if r.last != "" {
+			return r.last, FromLastKnown + r.lastFrom
+		}
+	case FromFlag:
+	default:
+		r.last, r.lastFrom = s, from
+	}
+	return s, from
 }
 
 // NodeVersion reads kube-proxy's version from the Node's status:

@@ -38,6 +38,10 @@ type Config struct {
 	Root hostfs.Root
 	// Scheduler is kube-proxy's IPVS scheduler; empty means DefaultScheduler.
 	Scheduler string
+	// SchedulerFunc, when set, is asked for the scheduler on every Run (so
+	// an agent follows kube-proxy's configuration as it changes); an empty
+	// answer means Scheduler.
+	SchedulerFunc func(ctx context.Context) string
 	// Remediate makes Run write the declaration file and load missing
 	// modules before it observes again. Off, Run changes nothing.
 	Remediate bool
@@ -88,7 +92,13 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	if err != nil {
 		return check.Result{}, err
 	}
-	obs, err := observeWith(c.cfg.Root, c.cfg.Scheduler, ix)
+	sched := c.cfg.Scheduler
+	if c.cfg.SchedulerFunc != nil {
+		if s := c.cfg.SchedulerFunc(ctx); s != "" {
+			sched = s
+		}
+	}
+	obs, err := observeWith(c.cfg.Root, sched, ix)
 	if err != nil {
 		return check.Result{}, err
 	}
@@ -96,7 +106,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	var failures []string
 	if c.cfg.Remediate {
 		actions, failures = c.remediate(klog.NewContext(ctx, log), obs)
-		if obs, err = observeWith(c.cfg.Root, c.cfg.Scheduler, ix); err != nil {
+		if obs, err = observeWith(c.cfg.Root, sched, ix); err != nil {
 			return check.Result{}, err
 		}
 	}
@@ -264,7 +274,7 @@ func (c *Checker) remediation(obs *Observation, p problems) []string {
 		sort.Strings(shipped)
 		var scheds, others []string
 		for _, m := range p.notInKernel {
-			if m == SchedulerModule(c.cfg.Scheduler) && !contains(baseModules, m) {
+			if m == SchedulerModule(obs.Scheduler) && !contains(baseModules, m) {
 				scheds = append(scheds, m)
 			} else {
 				others = append(others, m)

@@ -515,3 +515,40 @@ func testCtx(t *testing.T) context.Context {
 	_, ctx := ktesting.NewTestContext(t)
 	return ctx
 }
+
+// TestSchedulerFuncAskedEveryRun: an agent's modules check follows
+// kube-proxy's scheduler as it changes, without being rebuilt.
+func TestSchedulerFuncAskedEveryRun(t *testing.T) {
+	sched := ""
+	c := NewChecker(Config{
+		Root:          hostfs.New(filepath.Join("testdata", "debian12")),
+		Scheduler:     "rr",
+		SchedulerFunc: func(context.Context) string { return sched },
+	})
+	modulesOf := func() []string {
+		t.Helper()
+		res, err := c.Run(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, f := range res.Findings {
+			out = append(out, f.(Finding).Module)
+		}
+		return out
+	}
+	tests := []struct {
+		sched string
+		want  []string
+	}{
+		{"", []string{"ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh", "nf_conntrack"}},
+		{"lc", []string{"ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh", "ip_vs_lc", "nf_conntrack"}},
+		{"rr", []string{"ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh", "nf_conntrack"}},
+	}
+	for _, tc := range tests {
+		sched = tc.sched
+		if diff := cmp.Diff(tc.want, modulesOf()); diff != "" {
+			t.Errorf("scheduler %q: findings (-want +got):\n%s", tc.sched, diff)
+		}
+	}
+}

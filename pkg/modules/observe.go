@@ -77,6 +77,8 @@ func (f Finding) String() string {
 type Observation struct {
 	// Release is the kernel release of the root.
 	Release string
+	// Scheduler is the IPVS scheduler whose module is desired.
+	Scheduler string
 	// Desired are the modules IPVS mode needs, in load order.
 	Desired []string
 	// Findings has one entry per desired module (in Desired order), then
@@ -141,7 +143,7 @@ func observeWith(root hostfs.Root, scheduler string, ix *Index) (*Observation, e
 	if ix.DepMissing {
 		shipper = shipFunc(func(n string) bool { return ix.Ships(n) || loaded[n] || inSys(n) })
 	}
-	o := &Observation{Release: rel, Desired: Desired(scheduler, shipper), Index: ix, Declarations: decls}
+	o := &Observation{Release: rel, Scheduler: schedulerOrDefault(scheduler), Desired: Desired(scheduler, shipper), Index: ix, Declarations: decls}
 	mk := func(name string, wanted bool) Finding {
 		f := Finding{Module: name, Builtin: ix.IsBuiltin(name), DeclaredIn: declaredIn[name], release: rel, wanted: wanted, unknown: ix.DepMissing}
 		f.Loaded = loaded[name] || f.Builtin || inSys(name)
@@ -217,4 +219,11 @@ func isAre(names []string) string {
 		return "is"
 	}
 	return "are"
+}
+
+func schedulerOrDefault(s string) string {
+	if s == "" {
+		return DefaultScheduler
+	}
+	return s
 }
