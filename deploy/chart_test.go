@@ -132,7 +132,7 @@ func TestRender(t *testing.T) {
 	}{
 		{
 			name:       "defaults: remediation on",
-			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Role", "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:   []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
 			wantMounts: map[string]bool{"/lib/modules": true, "/etc/modules-load.d": false, "/run/modules-load.d": true, "/usr/lib/modules-load.d": true},
 			wantArgs:   []string{"run", "--remediate", "--metrics-bind-address=:9473", "--health-probe-bind-address=:9474", "--resync-period=1m", "--kube-proxy-metrics-address=127.0.0.1:10249"},
@@ -140,7 +140,7 @@ func TestRender(t *testing.T) {
 		{
 			name:        "report-only: no SYS_MODULE, no writable host mount",
 			set:         []string{"remediation.enabled=false"},
-			wantKinds:   []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Role", "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantKinds:   []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:    []corev1.Capability{"NET_ADMIN", "NET_RAW"},
 			wantMounts:  map[string]bool{"/lib/modules": true, "/etc/modules-load.d": true, "/run/modules-load.d": true, "/usr/lib/modules-load.d": true},
 			wantArgs:    []string{"run", "--metrics-bind-address=:9473"},
@@ -149,7 +149,7 @@ func TestRender(t *testing.T) {
 		{
 			name:       "metrics off: no Service, metrics server disabled",
 			set:        []string{"metrics.enabled=false", "dashboard.enabled=false"},
-			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "Role", "RoleBinding", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "Role", "Role", "RoleBinding", "RoleBinding", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:   []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
 			wantMounts: map[string]bool{"/lib/modules": true, "/etc/modules-load.d": false, "/run/modules-load.d": true, "/usr/lib/modules-load.d": true},
 			wantArgs:   []string{"--metrics-bind-address=0", "--health-probe-bind-address=:9474"},

@@ -194,6 +194,23 @@ func TestRBACAndAdmissionPolicy(t *testing.T) {
 		}
 	}
 
+	// The kube-proxy ConfigMap, by name, is the only ConfigMap it may read.
+	for _, tc := range []struct {
+		verb, name string
+		want       bool
+	}{{"get", "kube-proxy", true}, {"get", "kubeadm-config", false}, {"update", "kube-proxy", false}, {"list", "", false}} {
+		ssar, err := agentA.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Verb: tc.verb, Resource: "configmaps", Namespace: "kube-system", Name: tc.name}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ssar.Status.Allowed != tc.want {
+			t.Errorf("%s configmap kube-system/%s: allowed=%v, want %v", tc.verb, tc.name, ssar.Status.Allowed, tc.want)
+		}
+	}
+
 	// The agent's own publisher works under these rules end to end.
 	cs := agentA
 	m, err := nodestatus.NewManager(nodestatus.ManagerConfig{NodeName: "node-a", Client: nodestatus.NewClient(cs)})
