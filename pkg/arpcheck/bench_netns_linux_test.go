@@ -105,17 +105,8 @@ func BenchmarkNetNSRTT(b *testing.B) {
 	const n = 100
 	_, prober := benchTopo(b, 1)
 	target := benchIP(0)
-	hn := HostNetwork{NetNSPath: netnsPath(prober)}
 	ctx := context.Background()
-	rt, err := hn.Route(ctx, target, "")
-	if err != nil {
-		b.Fatal(err)
-	}
-	sock, dst, err := hn.Listen(ctx, rt)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sock.Close()
+	rt, sock, dst := benchSocket(ctx, b, prober, target)
 	p, err := NewProber(sock, dst, rt.Interface, rt.MAC, rt.Src, ProbeOptions{Window: 20 * time.Millisecond, Attempts: 1})
 	if err != nil {
 		b.Fatal(err)
@@ -145,6 +136,22 @@ func BenchmarkNetNSRTT(b *testing.B) {
 
 // plainSocket hides the kernel receive timestamps of a socket.
 type plainSocket struct{ Socket }
+
+// benchSocket opens the prober namespace's socket towards target on the
+// interface the route names; it is closed when the benchmark ends.
+func benchSocket(ctx context.Context, b *testing.B, prober string, target netip.Addr) (Route, Socket, net.Addr) {
+	hn := HostNetwork{NetNSPath: netnsPath(prober)}
+	rt, err := hn.Route(ctx, target, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	sock, dst, err := hn.Listen(ctx, rt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { sock.Close() })
+	return rt, sock, dst
+}
 
 // rttMedians probes target n times per benchmark iteration with p (kernel
 // receive timestamps), plain (user-space timestamps, as arping takes them)
@@ -232,17 +239,8 @@ func BenchmarkNetNSRTTSlowResponder(b *testing.B) {
 		}
 	}()
 
-	hn := HostNetwork{NetNSPath: netnsPath(prober)}
 	ctx := context.Background()
-	rt, err := hn.Route(ctx, target, "")
-	if err != nil {
-		b.Fatal(err)
-	}
-	sock, dst, err := hn.Listen(ctx, rt)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sock.Close()
+	rt, sock, dst := benchSocket(ctx, b, prober, target)
 	warm, _ := NewProber(sock, dst, rt.Interface, rt.MAC, rt.Src, ProbeOptions{Window: 2 * time.Second, Attempts: 10})
 	if obs, err := warm.Probe(ctx, []netip.Addr{target}); err != nil || len(obs[0].MACs) != 1 {
 		b.Fatalf("warm-up probe: %v %v", obs, err)
