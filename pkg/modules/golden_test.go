@@ -70,7 +70,7 @@ func TestDiagnoseGolden(t *testing.T) {
 // healthyUbuntu copies the ubuntu2404 tree and drops the stale /etc/modules line.
 func healthyUbuntu(t *testing.T) string {
 	t.Helper()
-	dir := copyTree(t, filepath.Join("testdata", "ubuntu2404"))
+	dir := modules.CopyTree(t, "ubuntu2404")
 	if err := os.WriteFile(filepath.Join(dir, "etc/modules"), []byte("# /etc/modules: kernel modules to load at boot time.\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -95,25 +95,4 @@ func compareGolden(t *testing.T, path string, got []byte) {
 	if diff := cmp.Diff(string(want), string(got)); diff != "" {
 		t.Errorf("%s mismatch (-want +got):\n%s", path, diff)
 	}
-}
-
-// copyTree copies a testdata tree into a fresh temporary directory.
-func copyTree(t *testing.T, src string) string {
-	t.Helper()
-	dst := t.TempDir()
-	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
-		t.Fatal(err)
-	}
-	// CopyFS writes read-only-looking modes for some files; make the copy writable.
-	_ = filepath.Walk(dst, func(p string, fi os.FileInfo, err error) error {
-		if err == nil {
-			mode := os.FileMode(0o644)
-			if fi.IsDir() {
-				mode = 0o755
-			}
-			_ = os.Chmod(p, mode)
-		}
-		return nil
-	})
-	return dst
 }
