@@ -81,7 +81,7 @@ func newDiagnoseCommand() *cobra.Command {
 			}
 			root := hostfs.New(opts.root)
 			kernel, _ := root.KernelRelease()
-			checkers, err := opts.checkers(cmd.Context(), root, fix)
+			checkers, err := opts.checkers(root, fix)
 			if err != nil {
 				return err
 			}
@@ -121,7 +121,7 @@ func (o *checkOptions) arpChecker() (check.Checker, error) {
 
 // checkers builds the checks diagnose runs, in report order. With remediate
 // false nothing they do may load a module or write a file.
-func (o *checkOptions) checkers(ctx context.Context, root hostfs.Root, remediate bool) ([]check.Checker, error) {
+func (o *checkOptions) checkers(root hostfs.Root, remediate bool) ([]check.Checker, error) {
 	kube, err := o.kubeClient()
 	if err != nil {
 		return nil, err

@@ -115,7 +115,7 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 	}
 	opts.clientset = cs
 	opts.cluster = view.IPVSCluster()
-	checkers, err := opts.checkers(ctx, root, opts.remediate)
+	checkers, err := opts.checkers(root, opts.remediate)
 	if err != nil {
 		return err
 	}
