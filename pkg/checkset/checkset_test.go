@@ -111,11 +111,25 @@ func TestBuild(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// The report order of these checks; a check added later may
+			// go anywhere, but no name may appear twice.
+			known := []string{check.NameModules, check.NameKubeProxy, check.NameIPVS, check.NameARPSysctls, check.NameARP}
 			var names []string
+			var arp check.Checker
+			seen := map[string]bool{}
 			for _, c := range checkers {
-				names = append(names, c.Name())
+				if seen[c.Name()] {
+					t.Errorf("two checks named %q", c.Name())
+				}
+				seen[c.Name()] = true
+				if slices.Contains(known, c.Name()) {
+					names = append(names, c.Name())
+				}
+				if c.Name() == check.NameARP {
+					arp = c
+				}
 			}
-			if diff := cmp.Diff([]string{check.NameModules, check.NameKubeProxy, check.NameIPVS, check.NameARPSysctls, check.NameARP}, names); diff != "" {
+			if diff := cmp.Diff(known, names); diff != "" {
 				t.Errorf("checks (-want +got):\n%s", diff)
 			}
 			got := uniqueSorted(lists(cs))
@@ -125,7 +139,7 @@ func TestBuild(t *testing.T) {
 			if tt.wantARP == "" {
 				return
 			}
-			res, err := checkers[len(checkers)-1].Run(context.Background())
+			res, err := arp.Run(context.Background())
 			gotARP := res.Reason
 			if err != nil {
 				gotARP = err.Error()
