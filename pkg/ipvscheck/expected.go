@@ -317,10 +317,5 @@ func (s Summary) String() string {
 
 // State implements check.Finding: the table's ipvs_guard_ipvs_* state.
 func (s Summary) State() check.State {
-	st := check.IPVSTableState{VirtualServers: s.VirtualServers}
-	if s.VirtualServersWithoutRealServers != nil {
-		v := *s.VirtualServersWithoutRealServers
-		st.WithoutRealServers = &v
-	}
-	return check.State{IPVSTable: &st}
+	return check.State{IPVSTable: &check.IPVSTableState{VirtualServers: s.VirtualServers, WithoutRealServers: s.VirtualServersWithoutRealServers}}
 }

@@ -106,12 +106,7 @@ func (f Finding) String() string {
 
 // State implements check.Finding: kube-proxy's mode and strict ARP.
 func (f Finding) State() check.State {
-	st := check.KubeProxyState{Mode: f.Mode}
-	if f.StrictARP != nil {
-		v := *f.StrictARP
-		st.StrictARP = &v
-	}
-	return check.State{KubeProxy: &st}
+	return check.State{KubeProxy: &check.KubeProxyState{Mode: f.Mode, StrictARP: f.StrictARP}}
 }
 
 // Run implements check.Checker.
