@@ -56,6 +56,20 @@ func (o *checkOptions) addFlags(cmd *cobra.Command) {
 	f.StringVar(&o.probeInterface, "interface", "", "interface to ARP-probe on (default: from a route lookup)")
 }
 
+// validate refuses flag values no check can use (a usage error, exit 2,
+// before anything is read or written).
+func (o *checkOptions) validate() error {
+	if err := modules.ValidateScheduler(o.scheduler); err != nil {
+		return fmt.Errorf("--scheduler: %w", err)
+	}
+	if o.kubeProxyMetrics != "" {
+		if err := kubeproxy.ValidateAddress(o.kubeProxyMetrics); err != nil {
+			return fmt.Errorf("--kube-proxy-metrics-address: %w", err)
+		}
+	}
+	return nil
+}
+
 // node returns the node name, falling back to the hostname.
 func (o *checkOptions) node() string {
 	if o.nodeName != "" {
@@ -78,6 +92,9 @@ func newDiagnoseCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "text" && output != "json" {
 				return fmt.Errorf("--output must be text or json, not %q", output)
+			}
+			if err := opts.validate(); err != nil {
+				return err
 			}
 			root := hostfs.New(opts.root)
 			kernel, _ := root.KernelRelease()
@@ -115,6 +132,15 @@ func (o *checkOptions) arpChecker() (check.Checker, error) {
 	targets, err := arpcheck.ParseTargets(o.probeIPs, o.probeInterface)
 	if err != nil {
 		return nil, err
+	}
+	if len(targets) > 0 || o.probeInterface != "" {
+		local, err := arpcheck.HostInterfaces()
+		if err != nil {
+			return nil, err
+		}
+		if err := arpcheck.CheckTargets(targets, o.probeInterface, local); err != nil {
+			return nil, err
+		}
 	}
 	return arpcheck.NewChecker(arpcheck.CheckerOptions{Targets: arpcheck.StaticTargets(targets...)})
 }

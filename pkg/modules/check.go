@@ -101,6 +101,9 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 			sched = s
 		}
 	}
+	if err := ValidateScheduler(sched); err != nil {
+		return check.Result{}, fmt.Errorf("the configured scheduler: %w", err)
+	}
 	obs, err := observeWith(c.cfg.Root, sched, ix)
 	if err != nil {
 		return check.Result{}, err
