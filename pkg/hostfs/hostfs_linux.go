@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -86,8 +87,8 @@ func typeName(mode uint32) string {
 
 // IsDevNull reports whether fi is the character device /dev/null (1:3).
 func IsDevNull(fi os.FileInfo) bool {
-	st, ok := fi.Sys().(*unix.Stat_t)
-	return ok && st.Mode&unix.S_IFMT == unix.S_IFCHR && unix.Major(st.Rdev) == 1 && unix.Minor(st.Rdev) == 3
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Mode&syscall.S_IFMT == syscall.S_IFCHR && unix.Major(uint64(st.Rdev)) == 1 && unix.Minor(uint64(st.Rdev)) == 3
 }
 
 func (r Root) openDir(p string) (*os.File, error) {
