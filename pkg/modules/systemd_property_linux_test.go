@@ -164,7 +164,7 @@ func setOf(m map[string]bool) []string {
 // systemd-modules-load: over many random trees, the modules it loads after
 // `--fix` are a superset of those it loaded before, and include every
 // module IPVS mode needs. IPVS_GUARD_PROPERTY_TREES sets the number of
-// trees (default 300), IPVS_GUARD_PROPERTY_SEED the seed.
+// trees (default 100), IPVS_GUARD_PROPERTY_SEED the seed.
 func TestFixNeverLosesABootModule(t *testing.T) {
 	testenv.RequireRoot(t)
 	_, err := os.Stat(systemdModulesLoad)
@@ -174,7 +174,7 @@ func TestFixNeverLosesABootModule(t *testing.T) {
 	if out, err := exec.Command("unshare", "--mount", "true").CombinedOutput(); err != nil {
 		testenv.Require(t, false, fmt.Sprintf("mount namespaces: %v %s", err, out))
 	}
-	trees, seed := 300, uint64(10)
+	trees, seed := 100, uint64(10)
 	if s := os.Getenv("IPVS_GUARD_PROPERTY_TREES"); s != "" {
 		trees, _ = strconv.Atoi(s)
 	}
