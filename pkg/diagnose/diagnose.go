@@ -50,7 +50,7 @@ type Report struct {
 func Run(ctx context.Context, node, kernel string, checkers []check.Checker) Report {
 	r := Report{Node: node, Kernel: kernel, Checks: make([]check.Result, 0, len(checkers))}
 	for _, c := range checkers {
-		res, err := runOne(ctx, c)
+		res, err := check.Bound(c).Run(ctx)
 		if err != nil {
 			res = check.Errored(c.Name(), err)
 		}
@@ -61,29 +61,6 @@ func Run(ctx context.Context, node, kernel string, checkers []check.Checker) Rep
 	}
 	r.Healthy = r.ExitCode() == ExitHealthy
 	return r
-}
-
-type outcome struct {
-	res check.Result
-	err error
-}
-
-// runOne runs c, or gives up when ctx ends first.
-func runOne(ctx context.Context, c check.Checker) (check.Result, error) {
-	if err := ctx.Err(); err != nil {
-		return check.Result{}, fmt.Errorf("not run: %w", context.Cause(ctx))
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		res, err := c.Run(ctx)
-		done <- outcome{res, err}
-	}()
-	select {
-	case o := <-done:
-		return o.res, o.err
-	case <-ctx.Done():
-		return check.Result{}, fmt.Errorf("interrupted: %w", context.Cause(ctx))
-	}
 }
 
 // normalize makes empty lists render as [] in JSON.
