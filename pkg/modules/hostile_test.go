@@ -280,3 +280,12 @@ func TestValidateScheduler(t *testing.T) {
 		}
 	}
 }
+
+func TestMergeReadsLinesAsSystemdDoes(t *testing.T) {
+	in := "ip_vs\rip_vs_rr\x00nf_conntrack_ipv4\nip_vs_wrr\n"
+	m := MergeDeclarations([]byte(in), []string{"ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh"}, map[string]string{"nf_conntrack_ipv4": "not in kernel"})
+	want := in + "ip_vs_sh\n"
+	if diff := cmp.Diff(want, string(m.Content)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}

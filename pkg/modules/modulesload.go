@@ -287,6 +287,13 @@ func MergeDeclarations(existing []byte, want []string, stale map[string]string) 
 	for _, l := range lines {
 		body := bytes.TrimRight(l, "\r\n")
 		end := l[len(body):]
+		if bytes.ContainsAny(body, "\r\x00") {
+			// Several lines to systemd (a lone CR or a NUL ends one): kept
+			// as written, each module it declares counted as present.
+			_ = scanModulesLoad(bytes.NewReader(body), false, func(d Declaration) { present[d.Module] = true })
+			b.Write(l)
+			continue
+		}
 		name, ok := declaredModule(string(body), false)
 		if ok {
 			if reason, isStale := stale[name]; isStale {
