@@ -38,7 +38,7 @@ run() { # run NAME ARGS...: diagnose the tree of NAME
 	out=$(find "$outside" -mindepth 1 | sed "s|$outside|outside|" | tr '\n' ' ')
 	[[ $code == 137 ]] && code="killed at 60 s"
 	printf '| %s | %s | %s | %s MiB | %s%s |\n' "$name" "$code" "${wall:-?}" "$(( ${rss:-0} / 1024 ))" "${written:-nothing}" "${out:+; OUTSIDE: $out}"
-	grep -m1 -E '^error:|ERROR|could not' "$work/$name/out" | cut -c1-160 | sed 's/^/  > /' >&2 || true
+	grep -m1 -iE '^error:|larger|too large|redirect|not a regular|named pipe|device|limit for|module index|could not|symbolic link|no such|kernel release' "$work/$name/out" | sed 's/^ *//' | cut -c1-200 | sed "s/^/  > $name: /" >&2 || true
 }
 
 # FIFOs and devices where host files belong.
@@ -111,3 +111,26 @@ r=$(fresh probe-bcast); run probe-bcast --probe-ip "$(python3 -c "import ipaddre
 r=$(fresh probe-net); run probe-net --probe-ip "$(python3 -c "import ipaddress,sys; print(ipaddress.ip_interface(sys.argv[1]).network.network_address)" "$own")"
 r=$(fresh iface-missing); run iface-missing --interface nonexistent0
 r=$(fresh metrics-noport); run metrics-noport --kube-proxy-metrics-address 127.0.0.1
+
+# kube-proxy answering 8 MiB, or redirecting to another host:port.
+kp_server() { # kp_server PORT MODE: a fake kube-proxy metrics port (MODE big or redirect)
+	python3 - "$1" "$2" >/dev/null 2>&1 <<'PY' &
+import http.server, sys
+port, mode = int(sys.argv[1]), sys.argv[2]
+class H(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def do_GET(self):
+        if mode == "redirect":
+            self.send_response(302); self.send_header("Location", "http://127.0.0.2:%d%s" % (port, self.path)); self.end_headers(); return
+        body = (b"ipvs" if self.path == "/proxyMode" else b"{}") + b" " * (8 << 20)
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
+http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
+PY
+	echo $!
+}
+pid=$(kp_server 18249 big); sleep 1
+r=$(fresh kube-proxy-8MiB); run kube-proxy-8MiB --kube-proxy-metrics-address 127.0.0.1:18249
+kill "$pid"
+pid=$(kp_server 18250 redirect); sleep 1
+r=$(fresh kube-proxy-redirect); run kube-proxy-redirect --kube-proxy-metrics-address 127.0.0.1:18250
+kill "$pid"
