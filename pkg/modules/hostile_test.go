@@ -289,3 +289,36 @@ func TestMergeReadsLinesAsSystemdDoes(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
+
+// TestLoaderModulePathsStayInsideRoot: a modules.dep path climbing out with
+// "../" resolves inside the root, so a module file outside it is never
+// handed to the kernel.
+func TestLoaderModulePathsStayInsideRoot(t *testing.T) {
+	base := t.TempDir()
+	outside := filepath.Join(base, "evil.ko")
+	if err := os.WriteFile(outside, []byte("\x7fELFevil"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := moduleTree(t, "debian12", debRel, nil)
+	dep := filepath.Join(dir, "lib/modules", debRel, "modules.dep")
+	b, err := os.ReadFile(dep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, _ := filepath.Rel(filepath.Join(dir, "lib/modules", debRel), outside)
+	if err := os.WriteFile(dep, append([]byte(rel+":\n"), b...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k := &fakeKernel{}
+	l, err := newLoader(hostfs.New(dir), debRel, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Load(testCtx(t), []string{"evil"})
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("loading a module outside the root: %v, want not found inside it", err)
+	}
+	if len(k.calls) != 0 {
+		t.Errorf("the kernel was handed %q", k.calls)
+	}
+}
