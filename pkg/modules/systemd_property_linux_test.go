@@ -43,24 +43,43 @@ var propertyDirs = []string{"/etc/modules-load.d", "/run/modules-load.d", "/usr/
 
 var propertyNames = []string{"a.conf", "ipvs.conf", "k8s.conf", "z.conf", ".hidden.conf", "notes.txt"}
 
-// genContent returns a random modules-load.d file.
-func genContent(r *rand.Rand) string {
+// genContent returns a random modules-load.d file of words.
+func genContent(r *rand.Rand, words []string) string {
 	var b strings.Builder
 	for range r.IntN(6) {
-		b.WriteString(propertyWords[r.IntN(len(propertyWords))])
+		b.WriteString(words[r.IntN(len(words))])
 		b.WriteString(propertyEnds[r.IntN(len(propertyEnds))])
 	}
 	if r.IntN(4) == 0 {
-		b.WriteString(propertyWords[r.IntN(len(propertyWords))]) // no final line end
+		b.WriteString(words[r.IntN(len(words))]) // no final line end
 	}
 	return b.String()
 }
 
-// genTree writes a random host tree at root: the modules-load.d directories
-// with files, links (to /dev/null, dangling, to another directory's file,
-// to a directory), directories named *.conf, empty files, and /etc/modules
-// with Debian's modules.conf link; plus a module index and /proc.
+// genTree writes a random host tree at root: genDecls over propertyWords,
+// /lib linked to usr/lib (as on Debian 12), a module index shipping
+// propertyShipped, and /proc.
 func genTree(t *testing.T, r *rand.Rand, root string) {
+	t.Helper()
+	genDecls(t, r, root, propertyWords)
+	if err := os.Symlink("usr/lib", filepath.Join(root, "lib")); err != nil {
+		t.Fatal(err)
+	}
+	var dep strings.Builder
+	for _, m := range propertyShipped {
+		fmt.Fprintf(&dep, "kernel/net/%s.ko:\n", m)
+	}
+	writeIn(t, root, "usr/lib/modules/"+propertyRelease+"/modules.dep", dep.String())
+	writeIn(t, root, "proc/sys/kernel/osrelease", propertyRelease+"\n")
+	writeIn(t, root, "proc/modules", "")
+}
+
+// genDecls writes random boot declarations at root: the modules-load.d
+// directories with files of words, links (to /dev/null, dangling, to
+// another directory's file, to a directory), directories named *.conf,
+// empty files, and /etc/modules with Debian's modules.conf link. The owned
+// file stays a regular file or absent.
+func genDecls(t *testing.T, r *rand.Rand, root string, words []string) {
 	t.Helper()
 	must := func(err error) {
 		t.Helper()
@@ -71,7 +90,6 @@ func genTree(t *testing.T, r *rand.Rand, root string) {
 	for _, d := range propertyDirs {
 		must(os.MkdirAll(filepath.Join(root, d), 0o755))
 	}
-	must(os.Symlink("usr/lib", filepath.Join(root, "lib")))
 	var files []string
 	for _, d := range propertyDirs {
 		for _, n := range propertyNames {
@@ -83,7 +101,7 @@ func genTree(t *testing.T, r *rand.Rand, root string) {
 			owned := p == DefaultDeclarationFile // the owned file stays a regular file or absent
 			switch k := r.IntN(10); {
 			case k < 5 || owned:
-				must(os.WriteFile(full, []byte(genContent(r)), 0o644))
+				must(os.WriteFile(full, []byte(genContent(r, words)), 0o644))
 				files = append(files, p)
 			case k == 5:
 				must(os.Symlink("/dev/null", full))
@@ -99,18 +117,11 @@ func genTree(t *testing.T, r *rand.Rand, root string) {
 		}
 	}
 	if r.IntN(2) == 0 {
-		must(os.WriteFile(filepath.Join(root, "etc/modules"), []byte(genContent(r)), 0o644))
+		must(os.WriteFile(filepath.Join(root, "etc/modules"), []byte(genContent(r, words)), 0o644))
 	}
 	if r.IntN(2) == 0 {
 		must(os.Symlink("../modules", filepath.Join(root, "etc/modules-load.d/modules.conf")))
 	}
-	var dep strings.Builder
-	for _, m := range propertyShipped {
-		fmt.Fprintf(&dep, "kernel/net/%s.ko:\n", m)
-	}
-	writeIn(t, root, "usr/lib/modules/"+propertyRelease+"/modules.dep", dep.String())
-	writeIn(t, root, "proc/sys/kernel/osrelease", propertyRelease+"\n")
-	writeIn(t, root, "proc/modules", "")
 }
 
 // systemdLoads runs the real systemd-modules-load in a private mount
