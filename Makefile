@@ -60,6 +60,11 @@ bench-agent:
 bench-diagnose:
 	hack/bench-diagnose.sh $${RUNS:-20}
 
+## bench-hostile: exit code, time, peak RSS and what was written for hostile and broken --root trees
+.PHONY: bench-hostile
+bench-hostile:
+	hack/bench-hostile.sh
+
 ## test-guest: guest-tagged tests inside a stock Debian kernel under QEMU (hack/guest/README.md)
 .PHONY: test-guest
 test-guest:

@@ -15,6 +15,8 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/checkset"
 	"github.com/ipvs-guard/ipvs-guard/pkg/diagnose"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
+	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
 
 // checkOptions are the flags shared by `diagnose` and `run` (DESIGN §8).
@@ -39,6 +41,20 @@ func (o *checkOptions) addFlags(cmd *cobra.Command) {
 	f.StringVar(&o.probeInterface, "interface", "", "interface to ARP-probe on (default: from a route lookup)")
 }
 
+// validate refuses flag values no check can use (a usage error, exit 2,
+// before anything is read or written).
+func (o *checkOptions) validate() error {
+	if err := modules.ValidateScheduler(o.scheduler); err != nil {
+		return fmt.Errorf("--scheduler: %w", err)
+	}
+	if o.kubeProxyMetrics != "" {
+		if err := kubeproxy.ValidateAddress(o.kubeProxyMetrics); err != nil {
+			return fmt.Errorf("--kube-proxy-metrics-address: %w", err)
+		}
+	}
+	return nil
+}
+
 // node returns the node name, falling back to the hostname.
 func (o *checkOptions) node() string {
 	if o.nodeName != "" {
@@ -61,6 +77,9 @@ func newDiagnoseCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "text" && output != "json" {
 				return fmt.Errorf("--output must be text or json, not %q", output)
+			}
+			if err := opts.validate(); err != nil {
+				return err
 			}
 			cfg := opts.config(fix)
 			kernel, _ := cfg.Root.KernelRelease()

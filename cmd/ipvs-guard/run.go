@@ -47,6 +47,9 @@ func newRunCommand() *cobra.Command {
 		Short: "Run the node agent: reconcile loop, Node conditions, Events and metrics",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := opts.validate(); err != nil {
+				return err
+			}
 			return runAgent(cmd.Context(), &opts)
 		},
 	}

@@ -115,7 +115,9 @@ func New(cfg Config) (*Agent, error) {
 		if Key(c.Name()) == KeyNode {
 			return nil, fmt.Errorf("agent: checker name %q is reserved", c.Name())
 		}
-		a.checkers[Key(c.Name())] = c
+		// Bounded: a check stuck in a call that ignores its context can
+		// neither hold the worker past CheckTimeout nor delay shutdown.
+		a.checkers[Key(c.Name())] = check.Bound(c)
 		a.enabled = append(a.enabled, c.Name())
 	}
 	a.store = cfg.Store

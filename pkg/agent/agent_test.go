@@ -244,3 +244,38 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestStopsWhileACheckIgnoresItsContext: SIGTERM (a cancelled context)
+// ends Run promptly even when a check is stuck in a call that never
+// returns, and a timed-out stuck check is reported, not run twice at once.
+func TestStopsWhileACheckIgnoresItsContext(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	var runs atomic.Int64
+	stuck := check.Func{CheckName: check.NameModules, Fn: func(context.Context) (check.Result, error) {
+		runs.Add(1)
+		<-release
+		return check.Result{Status: check.StatusOK}, nil
+	}}
+	a, err := New(Config{NodeName: "n", Checkers: []check.Checker{stuck}, Publisher: &recordingPublisher{}, CheckTimeout: 50 * time.Millisecond, ResyncPeriod: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = a.Run(ctx); close(done) }()
+	waitUntil(t, "the check to start", func() bool { return runs.Load() == 1 })
+	waitUntil(t, "the timed-out run recorded", func() bool {
+		st := a.Store().States()
+		return st[0].Runs > 0 && st[0].Result.Status == check.StatusError
+	})
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("Run did not return after cancel while a check was stuck")
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the stuck check was started %d times, want 1", n)
+	}
+}

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -139,7 +139,7 @@ func Read(root hostfs.Root, ifaces []string) (Reading, error) {
 		return Reading{}, err
 	}
 	if len(ifaces) == 0 {
-		ents, err := os.ReadDir(root.Path("/proc/sys/net/ipv4/conf"))
+		ents, err := root.ReadDir("/proc/sys/net/ipv4/conf")
 		if err != nil {
 			return Reading{}, fmt.Errorf("listing interfaces: %w", err)
 		}
@@ -166,25 +166,28 @@ func Read(root hostfs.Root, ifaces []string) (Reading, error) {
 }
 
 func readValues(root hostfs.Root, conf string) (Values, error) {
-	ign, err := readInt(root.Path("/proc/sys/net/ipv4/conf", conf, ArpIgnore))
+	ign, err := readInt(root, path.Join("/proc/sys/net/ipv4/conf", conf, ArpIgnore))
 	if err != nil {
 		return Values{}, err
 	}
-	ann, err := readInt(root.Path("/proc/sys/net/ipv4/conf", conf, ArpAnnounce))
+	ann, err := readInt(root, path.Join("/proc/sys/net/ipv4/conf", conf, ArpAnnounce))
 	if err != nil {
 		return Values{}, err
 	}
 	return Values{ArpIgnore: ign, ArpAnnounce: ann}, nil
 }
 
-func readInt(p string) (int, error) {
-	b, err := os.ReadFile(p)
+// limitSysctl bounds one sysctl or sysfs value (a few bytes on a real node).
+var limitSysctl = hostfs.Limit{Kind: "a sysctl value", Max: 4 << 10}
+
+func readInt(root hostfs.Root, p string) (int, error) {
+	b, err := root.ReadFile(p, limitSysctl)
 	if err != nil {
-		return 0, fmt.Errorf("reading %s: %w", p, err)
+		return 0, err
 	}
 	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil {
-		return 0, fmt.Errorf("reading %s: %w", p, err)
+		return 0, fmt.Errorf("reading %s: %w", root.Path(p), err)
 	}
 	return v, nil
 }
@@ -195,12 +198,12 @@ const (
 )
 
 func arpCapable(root hostfs.Root, iface string) bool {
-	if b, err := os.ReadFile(root.Path("/sys/class/net", iface, "type")); err == nil {
+	if b, err := root.ReadFile(path.Join("/sys/class/net", iface, "type"), limitSysctl); err == nil {
 		if t, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && t != arphrdEther {
 			return false
 		}
 	}
-	if b, err := os.ReadFile(root.Path("/sys/class/net", iface, "flags")); err == nil {
+	if b, err := root.ReadFile(path.Join("/sys/class/net", iface, "flags"), limitSysctl); err == nil {
 		if f, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(string(b)), "0x"), 16, 32); err == nil && f&iffNoARP != 0 {
 			return false
 		}

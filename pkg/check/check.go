@@ -4,7 +4,9 @@ package check
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 )
 
 // Status is the outcome of one check run.
@@ -103,3 +105,54 @@ func (f Func) Name() string { return f.CheckName }
 
 // Run implements Checker.
 func (f Func) Run(ctx context.Context) (Result, error) { return f.Fn(ctx) }
+
+// ErrStillRunning: an earlier run of a Bounded check has not returned yet.
+var ErrStillRunning = errors.New("the previous run of this check has not returned yet")
+
+// Bounded wraps a Checker so that Run returns as soon as its context ends
+// (SIGTERM, a timeout), whatever the check is doing: a run still going is
+// then abandoned, and until it returns every further Run fails at once with
+// ErrStillRunning rather than starting another, so a stuck check costs one
+// goroutine, not one per run.
+type Bounded struct {
+	c       Checker
+	running atomic.Bool
+}
+
+// Bound wraps c (a *Bounded is returned as is).
+func Bound(c Checker) *Bounded {
+	if b, ok := c.(*Bounded); ok {
+		return b
+	}
+	return &Bounded{c: c}
+}
+
+// Name implements Checker.
+func (b *Bounded) Name() string { return b.c.Name() }
+
+type outcome struct {
+	res Result
+	err error
+}
+
+// Run implements Checker.
+func (b *Bounded) Run(ctx context.Context) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, fmt.Errorf("not run: %w", context.Cause(ctx))
+	}
+	if !b.running.CompareAndSwap(false, true) {
+		return Result{}, ErrStillRunning
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		defer b.running.Store(false)
+		res, err := b.c.Run(ctx)
+		done <- outcome{res, err}
+	}()
+	select {
+	case o := <-done:
+		return o.res, o.err
+	case <-ctx.Done():
+		return Result{}, fmt.Errorf("interrupted: %w", context.Cause(ctx))
+	}
+}

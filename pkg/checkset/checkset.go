@@ -160,11 +160,22 @@ func (s shared) scheduler(ctx context.Context) string {
 // with nothing to probe (it reports skipped).
 func arpChecker(ctx context.Context, cfg Config) (check.Checker, error) {
 	c := cfg.Cluster
-	if len(cfg.ProbeIPs) > 0 || c == nil || c.Client == nil || (c.View == nil && c.Dynamic == nil) {
-		targets, err := arpcheck.ParseTargets(cfg.ProbeIPs, cfg.ProbeInterface)
+	targets, err := arpcheck.ParseTargets(cfg.ProbeIPs, cfg.ProbeInterface)
+	if err != nil {
+		return nil, err
+	}
+	if len(targets) > 0 || cfg.ProbeInterface != "" {
+		// Refuse what no probe can answer (this node's own, network and
+		// broadcast addresses) and an interface that does not exist.
+		local, err := arpcheck.HostInterfaces()
 		if err != nil {
 			return nil, err
 		}
+		if err := arpcheck.CheckTargets(targets, cfg.ProbeInterface, local); err != nil {
+			return nil, err
+		}
+	}
+	if len(cfg.ProbeIPs) > 0 || c == nil || c.Client == nil || (c.View == nil && c.Dynamic == nil) {
 		return arpcheck.NewChecker(arpcheck.CheckerOptions{Targets: arpcheck.StaticTargets(targets...)})
 	}
 	view := c.View

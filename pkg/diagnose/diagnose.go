@@ -12,7 +12,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 )
@@ -39,11 +42,15 @@ type Report struct {
 	Checks []check.Result `json:"checks"`
 }
 
-// Run runs each checker once, in order, and assembles the report.
+// Run runs each checker once, in order, and assembles the report. When ctx
+// ends (SIGTERM, SIGINT) it returns at once, whatever a check is doing: the
+// check running and those not yet run are errors saying so. A check left
+// running is abandoned to the process's exit; the only write one makes
+// (the declaration file) is an atomic rename, never half done.
 func Run(ctx context.Context, node, kernel string, checkers []check.Checker) Report {
 	r := Report{Node: node, Kernel: kernel, Checks: make([]check.Result, 0, len(checkers))}
 	for _, c := range checkers {
-		res, err := c.Run(ctx)
+		res, err := check.Bound(c).Run(ctx)
 		if err != nil {
 			res = check.Errored(c.Name(), err)
 		}
@@ -102,11 +109,11 @@ var statusLabel = map[check.Status]string{
 // WriteText writes the human-readable report.
 func (r Report) WriteText(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "ipvs-guard diagnose: node %s, kernel %s\n", orDash(r.Node), orDash(r.Kernel))
+	fmt.Fprintf(&b, "ipvs-guard diagnose: node %s, kernel %s\n", Escape(orDash(r.Node)), Escape(orDash(r.Kernel)))
 	for _, c := range r.Checks {
-		fmt.Fprintf(&b, "\n[%s] %s", statusLabel[c.Status], c.Name)
+		fmt.Fprintf(&b, "\n[%s] %s", statusLabel[c.Status], Escape(c.Name))
 		if c.Reason != "" {
-			fmt.Fprintf(&b, " (%s)", c.Reason)
+			fmt.Fprintf(&b, " (%s)", Escape(c.Reason))
 		}
 		b.WriteString("\n")
 		if c.Message != "" {
@@ -141,7 +148,8 @@ func (r Report) WriteText(w io.Writer) error {
 	return nil
 }
 
-// writeIndented writes s with prefix on the first line and matching spaces on the others.
+// writeIndented writes s with prefix on the first line and matching spaces
+// on the others, each line escaped (see Escape).
 func writeIndented(b *strings.Builder, prefix, s string) {
 	pad := strings.Repeat(" ", len(prefix))
 	for i, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
@@ -150,9 +158,47 @@ func writeIndented(b *strings.Builder, prefix, s string) {
 		} else {
 			b.WriteString(pad)
 		}
-		b.WriteString(line)
+		b.WriteString(Escape(line))
 		b.WriteString("\n")
 	}
+}
+
+// Escape makes one line of text safe to print on a terminal: control
+// characters (C0 but tab, DEL, C1: ESC, CR, NUL, …), Unicode format
+// characters (bidirectional overrides, zero-width joiners) and invalid UTF-8
+// are written as Go escapes (\x1b, \r, \u202e), so a file name or line
+// cannot move the cursor, clear the screen or forge a report line. Text
+// without them is returned unchanged.
+func Escape(s string) string {
+	clean := true
+	for _, r := range s {
+		if needsEscape(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i, w := 0, 0; i < len(s); i += w {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		w = n
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case needsEscape(r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[i : i+n])
+		}
+	}
+	return b.String()
+}
+
+func needsEscape(r rune) bool {
+	return r == utf8.RuneError || (unicode.IsControl(r) && r != '\t') || unicode.Is(unicode.Cf, r)
 }
 
 func orDash(s string) string {

@@ -7,7 +7,6 @@ package distro
 
 import (
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
@@ -41,7 +40,7 @@ var markers = []struct {
 func Detect(root hostfs.Root) Distro {
 	for _, m := range markers {
 		for _, p := range m.paths {
-			if _, err := os.Stat(root.Path(p)); err == nil {
+			if _, err := root.Stat(p); err == nil {
 				return m.d
 			}
 		}

@@ -5,6 +5,7 @@ package hostfs
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -41,6 +42,8 @@ func TestKernelRelease(t *testing.T) {
 		{"missing", nil, "", true},
 		{"empty", ptr("\n"), "", true},
 		{"path traversal", ptr("../../etc\n"), "", true},
+		{"dot", ptr(".\n"), "", true},
+		{"two lines", ptr("6.1.0-56-amd64\n6.1.0-57-amd64\n"), "", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -63,3 +66,26 @@ func TestKernelRelease(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+func TestValidKernelRelease(t *testing.T) {
+	tests := []struct {
+		rel string
+		ok  bool
+	}{
+		{"6.1.0-56-amd64", true},
+		{"5.14.0-427.13.1.el9_4.x86_64", true},
+		{"6.8.0-1012-aws+", true},
+		{".", false},
+		{"..", false},
+		{"6.1.0\n6.2.0", false},
+		{"../x", false},
+		{"a b", false},
+		{strings.Repeat("1", 65), false},
+		{"", false},
+	}
+	for _, tt := range tests {
+		if err := ValidKernelRelease(tt.rel); (err == nil) != tt.ok {
+			t.Errorf("ValidKernelRelease(%q) = %v, want ok %v", tt.rel, err, tt.ok)
+		}
+	}
+}

@@ -8,20 +8,22 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 )
+
+// limitProcModules bounds /proc/modules (a few KiB on a real node).
+var limitProcModules = hostfs.Limit{Kind: "/proc/modules", Max: 16 << 20}
 
 // ModuleLoaded reports whether the ip_vs module is loaded (or built in) on
 // the host at root: /sys/module/ip_vs exists (it does for a loaded module and
 // for a built-in one, which has parameters), or /proc/modules lists ip_vs as
 // Live. It only reads files, so it can never load anything.
 func ModuleLoaded(root hostfs.Root) (bool, error) {
-	if _, err := os.Stat(root.Path("/sys/module/ip_vs")); err == nil {
+	if _, err := root.Stat("/sys/module/ip_vs"); err == nil {
 		return true, nil
 	}
-	b, err := os.ReadFile(root.Path("/proc/modules"))
+	b, err := root.ReadFile("/proc/modules", limitProcModules)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return false, nil

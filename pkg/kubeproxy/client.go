@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -24,8 +26,41 @@ const DefaultTimeout = 2 * time.Second
 // (kube-proxy not running, or serving elsewhere): there is nothing to look at.
 var ErrUnreachable = errors.New("kube-proxy metrics port refuses connections")
 
-// maxBody bounds what is read from kube-proxy.
-const maxBody = 8 << 20
+// Limits of kube-proxy's answers, far above real ones (/proxyMode is one
+// word, /configz a few KiB, /metrics a few hundred KiB): a larger answer is
+// an error, never read whole.
+const (
+	maxProxyModeBody = 1 << 10
+	maxConfigzBody   = 1 << 20
+	maxMetricsBody   = 16 << 20
+)
+
+// ErrRedirect: kube-proxy's metrics port redirected to another address,
+// which is never followed.
+var ErrRedirect = errors.New("redirect to another address not followed")
+
+// ErrTooLarge: an answer is larger than its limit.
+var ErrTooLarge = errors.New("answer too large")
+
+// ValidateAddress checks a metrics address: host:port, the port a number
+// from 1 to 65535, the host not empty. It is what --kube-proxy-metrics-address
+// and kube-proxy's metricsBindAddress must be.
+func ValidateAddress(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("kube-proxy metrics address %q: want host:port (e.g. %s): %w", addr, DefaultMetricsAddress, err)
+	}
+	if host == "" {
+		return fmt.Errorf("kube-proxy metrics address %q: no host (e.g. %s)", addr, DefaultMetricsAddress)
+	}
+	if strings.ContainsAny(host, "/?#@ \t") {
+		return fmt.Errorf("kube-proxy metrics address %q: %q is not a host name or IP address", addr, host)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("kube-proxy metrics address %q: port %q is not a number from 1 to 65535", addr, port)
+	}
+	return nil
+}
 
 // Client reads kube-proxy's metrics port.
 type Client struct {
@@ -41,13 +76,19 @@ func NewClient(address string, timeout time.Duration) *Client {
 		timeout = DefaultTimeout
 	}
 	tr := &http.Transport{Proxy: nil, DisableKeepAlives: true, ResponseHeaderTimeout: timeout}
-	return &Client{address: address, http: &http.Client{Timeout: timeout, Transport: tr}}
+	return &Client{address: address, http: &http.Client{Timeout: timeout, Transport: tr,
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if req.URL.Scheme != "http" || req.URL.Host != address || len(via) >= 3 {
+				return fmt.Errorf("%w: %s", ErrRedirect, req.URL.Redacted())
+			}
+			return nil
+		}}}
 }
 
 // Address returns the metrics address the client reads.
 func (c *Client) Address() string { return c.address }
 
-func (c *Client) get(ctx context.Context, path string) ([]byte, error) {
+func (c *Client) get(ctx context.Context, path string, maxBody int64) ([]byte, error) {
 	url := "http://" + c.address + path
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -61,9 +102,12 @@ func (c *Client) get(ctx context.Context, path string) ([]byte, error) {
 		return nil, fmt.Errorf("GET %s: %w", url, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: reading body: %w", url, err)
+	}
+	if int64(len(body)) > maxBody {
+		return nil, fmt.Errorf("GET %s: %w: more than %d bytes", url, ErrTooLarge, maxBody)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: HTTP %d: %s", url, resp.StatusCode, strings.TrimSpace(string(firstLine(body))))
@@ -83,7 +127,7 @@ func firstLine(b []byte) []byte {
 
 // ProxyMode returns the mode kube-proxy actually runs in (GET /proxyMode).
 func (c *Client) ProxyMode(ctx context.Context) (string, error) {
-	b, err := c.get(ctx, "/proxyMode")
+	b, err := c.get(ctx, "/proxyMode", maxProxyModeBody)
 	if err != nil {
 		return "", err
 	}
@@ -96,7 +140,7 @@ func (c *Client) ProxyMode(ctx context.Context) (string, error) {
 
 // Configz returns kube-proxy's effective configuration (GET /configz).
 func (c *Client) Configz(ctx context.Context) (Config, error) {
-	b, err := c.get(ctx, "/configz")
+	b, err := c.get(ctx, "/configz", maxConfigzBody)
 	if err != nil {
 		return Config{}, err
 	}
@@ -105,7 +149,7 @@ func (c *Client) Configz(ctx context.Context) (Config, error) {
 
 // Version returns kube-proxy's version from kubernetes_build_info on /metrics.
 func (c *Client) Version(ctx context.Context) (Version, error) {
-	b, err := c.get(ctx, "/metrics")
+	b, err := c.get(ctx, "/metrics", maxMetricsBody)
 	if err != nil {
 		return Version{}, err
 	}

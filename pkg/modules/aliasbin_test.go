@@ -378,7 +378,7 @@ func BenchmarkAliasLookup(b *testing.B) {
 	dir := realDebianModules(b)
 	text, err := os.ReadFile(filepath.Join(dir, "modules.alias"))
 	must(b, err)
-	x, err := readBinIndex(filepath.Join(dir, "modules.alias.bin"))
+	x, err := readBinIndex(hostfs.New(dir), "/modules.alias.bin")
 	must(b, err)
 	for _, name := range []string{"crc32c", "net-pf-16-proto-16-family-IPVS"} {
 		b.Run("bin/"+name, func(b *testing.B) {
@@ -397,7 +397,7 @@ func BenchmarkAliasLookup(b *testing.B) {
 	}
 	b.Run("bin/read+parse", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := readBinIndex(filepath.Join(dir, "modules.alias.bin")); err != nil {
+			if _, err := readBinIndex(hostfs.New(dir), "/modules.alias.bin"); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -426,7 +426,7 @@ func TestAliasBinAgreesWithKmod(t *testing.T) {
 	}
 	text, err := os.ReadFile(filepath.Join(dir, "modules.alias"))
 	must(t, err)
-	x, err := readBinIndex(filepath.Join(dir, "modules.alias.bin"))
+	x, err := readBinIndex(hostfs.New(dir), "/modules.alias.bin")
 	must(t, err)
 	ix, err := ReadIndex(hostfs.New(filepath.Join(dir, "../../..")), debRel)
 	must(t, err)

@@ -6,7 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
+	"path"
 	"sort"
 	"strings"
 
@@ -98,6 +101,9 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 			sched = s
 		}
 	}
+	if err := ValidateScheduler(sched); err != nil {
+		return check.Result{}, fmt.Errorf("the configured scheduler: %w", err)
+	}
 	obs, err := observeWith(c.cfg.Root, sched, ix)
 	if err != nil {
 		return check.Result{}, err
@@ -123,12 +129,68 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	return res, nil
 }
 
-// ownedMerge computes the owned declaration file's new content.
-func (c *Checker) ownedMerge(obs *Observation) (existing []byte, m MergeResult, err error) {
-	path := c.cfg.Root.Path(c.cfg.DeclarationFile)
-	existing, err = os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, MergeResult{}, fmt.Errorf("reading %s: %w", path, err)
+// ownedSource is where the owned declaration file's merge starts.
+type ownedSource struct {
+	// link is the target when the owned file is a symbolic link: it is then
+	// neither read nor written.
+	link string
+	// from is the host path of the file systemd reads today under the
+	// owned file's name: the owned file itself, a same-named file in a
+	// later modules-load.d directory, or "" when there is none.
+	from string
+}
+
+// ownedSource finds what systemd reads today under the owned file's name.
+func (c *Checker) ownedSource() (ownedSource, error) {
+	decl := c.cfg.DeclarationFile
+	if fi, err := c.cfg.Root.Lstat(decl); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		t, _ := c.cfg.Root.Readlink(decl)
+		return ownedSource{link: t}, nil
+	}
+	if !contains(ModulesLoadDirs, path.Dir(decl)) {
+		return ownedSource{from: decl}, nil
+	}
+	files, err := ModulesLoadFiles(c.cfg.Root)
+	if err != nil {
+		return ownedSource{}, err
+	}
+	from := files[path.Base(decl)]
+	if from == "" || indexOf(ModulesLoadDirs, path.Dir(from)) <= indexOf(ModulesLoadDirs, path.Dir(decl)) {
+		// Nothing of the name, the owned file itself, or a higher-priority
+		// file hiding it (then only the owned file is the owned file's
+		// business).
+		from = decl
+	}
+	return ownedSource{from: from}, nil
+}
+
+func indexOf(list []string, s string) int {
+	for i, v := range list {
+		if v == s {
+			return i
+		}
+	}
+	return -1
+}
+
+// ownedMerge computes the owned declaration file's new content: it starts
+// from the file systemd reads today under the owned file's name, so that no
+// module declared there stops being loaded at boot once the owned file
+// overrides it.
+func (c *Checker) ownedMerge(obs *Observation) (src ownedSource, m MergeResult, err error) {
+	src, err = c.ownedSource()
+	if err != nil || src.link != "" {
+		return src, MergeResult{}, err
+	}
+	var existing []byte
+	if f, err := openDeclarations(c.cfg.Root, src.from); err != nil {
+		return src, MergeResult{}, err
+	} else if f != nil {
+		existing, err = io.ReadAll(f)
+		f.Close()
+		if err != nil {
+			return src, MergeResult{}, fmt.Errorf("reading %w", err)
+		}
 	}
 	var want []string
 	for _, f := range obs.Findings {
@@ -138,27 +200,36 @@ func (c *Checker) ownedMerge(obs *Observation) (existing []byte, m MergeResult, 
 	}
 	stale := map[string]string{}
 	for _, f := range obs.Findings {
-		if f.Stale && contains(f.DeclaredIn, c.cfg.DeclarationFile) {
+		if f.Stale && contains(f.DeclaredIn, src.from) {
 			stale[f.Module] = "not in kernel " + obs.Release
 		}
 	}
-	return existing, MergeDeclarations(existing, want, stale), nil
+	m = MergeDeclarations(existing, want, stale)
+	if src.from != c.cfg.DeclarationFile {
+		head := fmt.Sprintf("# ipvs-guard: started from %s, which this file overrides (systemd-modules-load reads one file of a name).\n", src.from)
+		m.Content = append([]byte(head), m.Content...)
+		m.Changed = true
+	}
+	return src, m, nil
 }
 
 func (c *Checker) remediate(ctx context.Context, obs *Observation) (actions, failures []string) {
 	log := klog.FromContext(ctx)
-	path := c.cfg.Root.Path(c.cfg.DeclarationFile)
-	if _, m, err := c.ownedMerge(obs); err != nil {
+	if src, m, err := c.ownedMerge(obs); err != nil {
 		failures = append(failures, err.Error())
+	} else if src.link != "" {
+		if !obs.declaredEverywhere() {
+			failures = append(failures, fmt.Sprintf("did not write %s: it is a symbolic link to %s (a link to /dev/null masks it); ipvs-guard writes only a regular file it owns", c.cfg.DeclarationFile, src.link))
+		}
 	} else if m.Changed {
-		if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-			target, _ := os.Readlink(path)
-			failures = append(failures, fmt.Sprintf("did not write %s: it is a symbolic link to %s (a link to /dev/null masks it); ipvs-guard writes only a regular file it owns", c.cfg.DeclarationFile, target))
-		} else if err := WriteFileAtomic(path, m.Content, 0o644); err != nil {
+		if err := c.cfg.Root.WriteFileAtomic(c.cfg.DeclarationFile, m.Content, 0o644); err != nil {
 			failures = append(failures, fmt.Sprintf("could not write %s: %v", c.cfg.DeclarationFile, rootCause(err)))
 			log.Error(err, "Writing the module declaration file failed")
 		} else {
 			var what []string
+			if src.from != c.cfg.DeclarationFile {
+				what = append(what, "started from "+src.from)
+			}
 			if len(m.Added) > 0 {
 				what = append(what, "declared "+strings.Join(m.Added, ", "))
 			}
@@ -166,7 +237,7 @@ func (c *Checker) remediate(ctx context.Context, obs *Observation) (actions, fai
 				what = append(what, "commented out "+strings.Join(m.CommentedOut, ", ")+" (not in kernel "+obs.Release+")")
 			}
 			actions = append(actions, fmt.Sprintf("wrote %s: %s", c.cfg.DeclarationFile, strings.Join(what, "; ")))
-			log.Info("Wrote module declaration file", "file", c.cfg.DeclarationFile, "added", m.Added, "commentedOut", m.CommentedOut)
+			log.Info("Wrote module declaration file", "file", c.cfg.DeclarationFile, "from", src.from, "added", m.Added, "commentedOut", m.CommentedOut)
 		}
 	}
 	var toLoad []string
@@ -291,8 +362,10 @@ func (c *Checker) remediation(obs *Observation, p problems) []string {
 		}
 		out = append(out, line+".")
 	}
-	_, m, err := c.ownedMerge(obs)
-	if err == nil && m.Changed {
+	src, m, err := c.ownedMerge(obs)
+	if err == nil && src.link != "" && !obs.declaredEverywhere() {
+		out = append(out, fmt.Sprintf("%s is a symbolic link to %s, which ipvs-guard neither reads nor writes through: replace it with a regular file, or declare the modules in another modules-load.d file.", c.cfg.DeclarationFile, src.link))
+	} else if err == nil && m.Changed {
 		out = append(out, fmt.Sprintf("Declare the modules for boot on every node: %s must read (ipvs-guard diagnose --fix writes it, keeping every other line):\n%s", c.cfg.DeclarationFile, strings.TrimRight(strings.ReplaceAll(string(m.Content), "\r", ""), "\n")))
 	}
 	if len(p.notLoaded) > 0 {

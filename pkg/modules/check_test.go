@@ -159,7 +159,7 @@ func TestScanDeclarationsPrecedence(t *testing.T) {
 		t.Fatal(err)
 	}
 	write("etc/modules", "# comment\nip_vs_wrr\n")
-	got, err := ScanDeclarations(hostfs.New(dir))
+	got, err := ScanDeclarations(hostfs.New(dir), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

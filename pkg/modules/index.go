@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
+	"path"
 	"sort"
 	"strings"
 
@@ -28,20 +28,55 @@ type Index struct {
 	DepMissing bool
 
 	deps map[string]string // module name → its modules.dep line, split on demand
+	root hostfs.Root
+	host string // /lib/modules/<release>, a host path under root
 }
+
+// Limits of the files a module index is read from: far above any real one
+// (a distribution kernel's modules.dep is under 1 MiB, modules.alias under 2).
+var (
+	limitModulesDep     = hostfs.Limit{Kind: "modules.dep", Max: 64 << 20}
+	limitModulesBuiltin = hostfs.Limit{Kind: "modules.builtin", Max: 16 << 20}
+	limitModulesAlias   = hostfs.Limit{Kind: "modules.alias", Max: 64 << 20}
+	limitBinIndex       = hostfs.Limit{Kind: "a binary module index", Max: 64 << 20}
+	limitModulesSoftdep = hostfs.Limit{Kind: "modules.softdep", Max: 16 << 20}
+	limitModprobeConf   = hostfs.Limit{Kind: "a modprobe.d file", Max: 16 << 20}
+	limitProcModules    = hostfs.Limit{Kind: "/proc/modules", Max: 16 << 20}
+	limitSmallKernel    = hostfs.Limit{Kind: "a sysfs value", Max: 4 << 10}
+)
+
+// ErrIndexInconsistent: the module index contradicts itself or the running
+// kernel (an empty, truncated or stale modules.dep); nothing is decided
+// from it.
+var ErrIndexInconsistent = errors.New("the module index is empty, truncated or stale (run depmod)")
 
 // ReadIndex reads the module index of release under root. A missing
 // modules.dep is recorded in DepMissing; a missing modules.builtin means no
 // built-in modules; an unreadable or malformed file is an error naming it.
+// A modules.dep that lists no module, or whose last line is cut (no final
+// newline), is an error wrapping ErrIndexInconsistent: never a reason to
+// believe the kernel ships nothing.
 func ReadIndex(root hostfs.Root, release string) (*Index, error) {
-	ix := &Index{Release: release, Dir: root.Path("/lib/modules", release), deps: map[string]string{}, Builtin: map[string]bool{}}
-	err := parseFile(filepath.Join(ix.Dir, "modules.dep"), func(r io.Reader) error {
+	if err := hostfs.ValidKernelRelease(release); err != nil {
+		return nil, fmt.Errorf("reading the module index: %w", err)
+	}
+	host := path.Join("/lib/modules", release)
+	ix := &Index{Release: release, Dir: root.Path(host), root: root, host: host, deps: map[string]string{}, Builtin: map[string]bool{}}
+	err := parseFile(root, path.Join(host, "modules.dep"), limitModulesDep, func(r io.Reader) error {
 		data, err := readString(r)
 		if err != nil {
 			return err
 		}
-		ix.deps, err = indexModulesDep(data)
-		return err
+		if ix.deps, err = indexModulesDep(data); err != nil {
+			return err
+		}
+		if len(ix.deps) == 0 {
+			return fmt.Errorf("it lists no module: %w", ErrIndexInconsistent)
+		}
+		if !strings.HasSuffix(data, "\n") {
+			return fmt.Errorf("its last line is cut (no final newline): %w", ErrIndexInconsistent)
+		}
+		return nil
 	})
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -50,7 +85,7 @@ func ReadIndex(root hostfs.Root, release string) (*Index, error) {
 	case err != nil:
 		return nil, err
 	}
-	err = parseFile(filepath.Join(ix.Dir, "modules.builtin"), func(r io.Reader) error {
+	err = parseFile(root, path.Join(host, "modules.builtin"), limitModulesBuiltin, func(r io.Reader) error {
 		b, err := ParseModulesBuiltin(r)
 		ix.Builtin = b
 		return err
@@ -94,7 +129,7 @@ func (ix *Index) Entry(name string) (DepEntry, error) {
 	}
 	e, err := parseDepLine(name, line)
 	if err != nil {
-		return DepEntry{}, fmt.Errorf("parsing %s: %w", filepath.Join(ix.Dir, "modules.dep"), err)
+		return DepEntry{}, fmt.Errorf("parsing %s: %w", ix.root.Path(ix.host, "modules.dep"), err)
 	}
 	return e, nil
 }
@@ -127,16 +162,47 @@ func readString(r io.Reader) (string, error) {
 	return b.String(), nil
 }
 
-// parseFile opens path and hands it to parse; errors name the path and keep
-// os.ErrNotExist visible to errors.Is.
-func parseFile(path string, parse func(io.Reader) error) error {
-	f, err := os.Open(path)
+// parseFile opens host path p under root (a regular file, at most lim) and
+// hands it to parse; errors name the path and keep os.ErrNotExist visible to
+// errors.Is.
+func parseFile(root hostfs.Root, p string, lim hostfs.Limit, parse func(io.Reader) error) error {
+	f, err := root.OpenLimited(p, lim)
 	if err != nil {
-		return fmt.Errorf("reading %s: %w", path, err)
+		if errors.Is(err, hostfs.ErrTooLarge) || errors.Is(err, hostfs.ErrNotRegular) {
+			return err
+		}
+		return fmt.Errorf("reading %s: %w", root.Path(p), err)
 	}
 	defer f.Close()
 	if err := parse(f); err != nil {
-		return fmt.Errorf("parsing %s: %w", path, err)
+		if errors.Is(err, hostfs.ErrTooLarge) {
+			return fmt.Errorf("reading %w", err)
+		}
+		return fmt.Errorf("parsing %s: %w", root.Path(p), err)
 	}
 	return nil
+}
+
+// ConfirmAbsent returns an error wrapping ErrIndexInconsistent when
+// modules.dep does not list the module but modules.dep.bin, which depmod
+// writes from the same data, does: modules.dep was cut at a line boundary
+// or replaced. Without a readable modules.dep.bin it returns nil.
+func (ix *Index) ConfirmAbsent(name string) error {
+	if ix == nil || ix.DepMissing || ix.Loadable(name) {
+		return nil
+	}
+	p := path.Join(ix.host, "modules.dep.bin")
+	b, err := ix.root.ReadFile(p, limitBinIndex)
+	if err != nil {
+		return nil
+	}
+	x, err := parseBinIndex(b)
+	if err != nil {
+		return nil
+	}
+	vals, err := x.searchWild(Normalize(name))
+	if err != nil || len(vals) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s does not list %s but %s does: %w", ix.root.Path(ix.host, "modules.dep"), name, ix.root.Path(p), ErrIndexInconsistent)
 }

@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
+	"path"
 	"sort"
 	"strings"
 	"syscall"
@@ -72,7 +72,7 @@ type NativeLoader struct {
 	root        hostfs.Root
 	ix          *Index
 	confAliases []Alias // modprobe.d
-	aliasFile   string  // path of modules.alias, read on the first alias lookup
+	aliasFile   string  // host path of modules.alias, read on the first alias lookup
 	aliasData   *string // its content once read ("" when missing)
 	aliasBin    *binIndex
 	aliasBinErr error // why modules.alias.bin is not used, once tried
@@ -132,11 +132,11 @@ func newLoader(root hostfs.Root, release string, k kernel) (*NativeLoader, error
 func loaderFromIndex(root hostfs.Root, ix *Index, k kernel) (*NativeLoader, error) {
 	release := ix.Release
 	if ix.DepMissing {
-		return nil, fmt.Errorf("cannot load modules: %s does not exist (run depmod %s, or mount /lib/modules): %w", filepath.Join(ix.Dir, "modules.dep"), release, os.ErrNotExist)
+		return nil, fmt.Errorf("cannot load modules: %s does not exist (run depmod %s, or mount /lib/modules): %w", root.Path(ix.host, "modules.dep"), release, os.ErrNotExist)
 	}
 	l := &NativeLoader{root: root, ix: ix, k: k, softdeps: map[string]Softdep{}, options: map[string]string{}, blacklist: map[string]bool{},
-		aliasFile: filepath.Join(ix.Dir, "modules.alias")}
-	if err := parseFile(filepath.Join(ix.Dir, "modules.softdep"), func(r io.Reader) error {
+		aliasFile: path.Join(ix.host, "modules.alias")}
+	if err := parseFile(root, path.Join(ix.host, "modules.softdep"), limitModulesSoftdep, func(r io.Reader) error {
 		s, err := ParseModulesSoftdep(r)
 		if s != nil {
 			l.softdeps = s
@@ -156,7 +156,7 @@ func loaderFromIndex(root hostfs.Root, ix *Index, k kernel) (*NativeLoader, erro
 	for m, s := range conf.Softdeps { // modprobe.d softdeps replace depmod's, as in kmod
 		l.softdeps[m] = s
 	}
-	if b, err := os.ReadFile(root.Path("/sys/module/compression")); err == nil {
+	if b, err := root.ReadFile("/sys/module/compression", limitSmallKernel); err == nil {
 		l.compression = strings.TrimSpace(string(b))
 	}
 	return l, nil
@@ -171,13 +171,13 @@ var ModprobeDirs = []string{"/etc/modprobe.d", "/run/modprobe.d", "/usr/local/li
 func ReadModprobeDirs(root hostfs.Root) (*ModprobeConfig, error) {
 	files := map[string]string{}
 	for _, d := range ModprobeDirs {
-		ents, err := os.ReadDir(root.Path(d))
+		ents, err := root.ReadDir(d)
 		if err != nil {
 			continue // missing or unreadable: modprobe.d is optional
 		}
 		for _, e := range ents {
 			if strings.HasSuffix(e.Name(), ".conf") && !e.IsDir() && files[e.Name()] == "" {
-				files[e.Name()] = root.Path(d, e.Name())
+				files[e.Name()] = path.Join(d, e.Name())
 			}
 		}
 	}
@@ -189,7 +189,7 @@ func ReadModprobeDirs(root hostfs.Root) (*ModprobeConfig, error) {
 	conf := newModprobeConfig()
 	for _, n := range names {
 		var c *ModprobeConfig
-		if err := parseFile(files[n], func(r io.Reader) error {
+		if err := parseFile(root, files[n], limitModprobeConf, func(r io.Reader) error {
 			var err error
 			c, err = ParseModprobeConfig(r)
 			return err
@@ -220,7 +220,7 @@ func (l *NativeLoader) Load(ctx context.Context, names []string) ([]string, erro
 }
 
 func (l *NativeLoader) refreshLoaded() error {
-	mods, err := ReadProcModules(l.root.Path("/proc/modules"))
+	mods, err := ReadProcModules(l.root)
 	if err != nil {
 		return err
 	}
@@ -290,17 +290,17 @@ func (l *NativeLoader) lookup(name string) []string {
 // file resolves nothing.
 func (l *NativeLoader) moduleAliases(name string) []string {
 	if l.aliasBin == nil && l.aliasBinErr == nil {
-		l.aliasBin, l.aliasBinErr = readBinIndex(l.aliasFile + ".bin")
+		l.aliasBin, l.aliasBinErr = readBinIndex(l.root, l.aliasFile+".bin")
 	}
 	if l.aliasBin != nil {
 		c, err := resolveAliasBin(l.aliasBin, name)
 		if err == nil {
 			return c
 		}
-		l.aliasBin, l.aliasBinErr = nil, fmt.Errorf("searching %s.bin: %w", l.aliasFile, err)
+		l.aliasBin, l.aliasBinErr = nil, fmt.Errorf("searching %s.bin: %w", l.root.Path(l.aliasFile), err)
 	}
 	if l.aliasData == nil {
-		b, err := os.ReadFile(l.aliasFile)
+		b, err := l.root.ReadFile(l.aliasFile, limitModulesAlias)
 		s := ""
 		if err == nil {
 			s = string(b)
@@ -310,15 +310,15 @@ func (l *NativeLoader) moduleAliases(name string) []string {
 	return scanAliases(*l.aliasData, name)
 }
 
-// readBinIndex reads and checks a binary index file.
-func readBinIndex(path string) (*binIndex, error) {
-	b, err := os.ReadFile(path)
+// readBinIndex reads and checks the binary index file at host path p under root.
+func readBinIndex(root hostfs.Root, p string) (*binIndex, error) {
+	b, err := root.ReadFile(p, limitBinIndex)
 	if err != nil {
 		return nil, fmt.Errorf("reading binary index: %w", err)
 	}
 	x, err := parseBinIndex(b)
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
+		return nil, fmt.Errorf("reading %s: %w", root.Path(p), err)
 	}
 	return x, nil
 }
@@ -371,14 +371,14 @@ func (l *NativeLoader) softLoad(ctx context.Context, of, kind string, names []st
 
 // insertFile inserts one module file into the kernel.
 func (l *NativeLoader) insertFile(name, rel string) error {
-	path := filepath.Join(l.ix.Dir, rel)
+	file := path.Join(l.ix.host, rel)
 	params := l.options[name]
 	var err error
 	switch format := compressionOf(rel); format {
 	case "":
-		err = l.finit(path, params)
+		err = l.finit(file, params)
 	default:
-		err = l.insertCompressed(path, format, params)
+		err = l.insertCompressed(file, format, params)
 	}
 	if errors.Is(err, syscall.EEXIST) {
 		err = nil
@@ -386,14 +386,14 @@ func (l *NativeLoader) insertFile(name, rel string) error {
 		l.inserted = append(l.inserted, name)
 	}
 	if err != nil {
-		return fmt.Errorf("loading module %s from %s: %w", name, path, err)
+		return fmt.Errorf("loading module %s from %s: %w", name, l.root.Path(file), err)
 	}
 	l.loaded[name] = true
 	return nil
 }
 
-func (l *NativeLoader) finit(path, params string) error {
-	f, err := os.Open(path)
+func (l *NativeLoader) finit(file, params string) error {
+	f, err := l.root.Open(file)
 	if err != nil {
 		return err
 	}
@@ -408,8 +408,8 @@ func (l *NativeLoader) finit(path, params string) error {
 	return l.k.FinitModule(int(f.Fd()), params, 0)
 }
 
-func (l *NativeLoader) insertCompressed(path, format, params string) error {
-	f, err := os.Open(path)
+func (l *NativeLoader) insertCompressed(file, format, params string) error {
+	f, err := l.root.Open(file)
 	if err != nil {
 		return err
 	}

@@ -8,10 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
+	"io/fs"
+	"path"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 )
@@ -44,16 +45,35 @@ type Declaration struct {
 	Line int
 }
 
-// ParseModulesLoad parses a modules-load.d file: one module per line,
-// leading and trailing whitespace ignored, lines starting with '#' or ';'
-// are comments (systemd-modules-load's rules; the whole line is the module
-// name). With etcModules set it parses Debian's /etc/modules instead, where
-// only '#' starts a comment and words after the module name are parameters.
-// The returned declarations carry no File.
+// limitModulesLoadConf bounds one modules-load.d file or /etc/modules (real
+// ones hold a few lines); it is read as a stream, so memory does not grow
+// with it.
+var limitModulesLoadConf = hostfs.Limit{Kind: "a modules-load.d file", Max: 16 << 20}
+
+// maxModulesLoadLine is systemd's LONG_LINE_MAX: systemd-modules-load stops
+// reading a file at a longer line.
+const maxModulesLoadLine = 1 << 20
+
+// ParseModulesLoad parses a modules-load.d file the way systemd-modules-load
+// reads it: a line ends at LF, CR, CR LF or NUL; leading and trailing
+// whitespace is ignored; lines starting with '#' or ';' are comments; the
+// whole rest is the module name. With etcModules set it parses Debian's
+// /etc/modules instead (kmod's boot script: LF ends a line, only '#' starts
+// a comment, words after the module name are parameters). The returned
+// declarations carry no File.
 func ParseModulesLoad(r io.Reader, etcModules bool) ([]Declaration, error) {
 	var out []Declaration
+	err := scanModulesLoad(r, etcModules, func(d Declaration) { out = append(out, d) })
+	return out, err
+}
+
+// scanModulesLoad streams the declarations of r to fn (see ParseModulesLoad).
+func scanModulesLoad(r io.Reader, etcModules bool, fn func(Declaration)) error {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	sc.Buffer(make([]byte, 0, 64*1024), maxModulesLoadLine+2)
+	if !etcModules {
+		sc.Split(splitSystemdLines)
+	}
 	n := 0
 	for sc.Scan() {
 		n++
@@ -61,12 +81,32 @@ func ParseModulesLoad(r io.Reader, etcModules bool) ([]Declaration, error) {
 		if !ok {
 			continue
 		}
-		out = append(out, Declaration{Module: name, Line: n})
+		fn(Declaration{Module: name, Line: n})
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("line %d: %w", n+1, err)
+		if errors.Is(err, bufio.ErrTooLong) {
+			return fmt.Errorf("line %d: longer than %d bytes (systemd-modules-load stops reading there): %w", n+1, maxModulesLoadLine, err)
+		}
+		return fmt.Errorf("line %d: %w", n+1, err)
 	}
-	return out, nil
+	return nil
+}
+
+// splitSystemdLines is a bufio.SplitFunc ending lines as systemd's
+// read_line does: at LF, CR, CR LF or NUL.
+func splitSystemdLines(data []byte, atEOF bool) (advance int, token []byte, err error) {
+	i := bytes.IndexAny(data, "\n\r\x00")
+	switch {
+	case i < 0 && atEOF && len(data) > 0:
+		return len(data), data, nil
+	case i < 0:
+		return 0, nil, nil
+	case data[i] == '\r' && i+1 == len(data) && !atEOF:
+		return 0, nil, nil // a LF may follow
+	case data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n':
+		return i + 2, data[:i], nil
+	}
+	return i + 1, data[:i], nil
 }
 
 // declaredModule returns the module a line declares, if any.
@@ -81,17 +121,20 @@ func declaredModule(line string, etcModules bool) (string, bool) {
 	return Normalize(l), true
 }
 
-// ScanDeclarations returns every module declared for boot on the host at
-// root: each *.conf file systemd-modules-load would read (earlier
-// directories override same-named files in later ones; a file linked to
-// /dev/null masks its name), in file-name order, then Debian's /etc/modules.
-// A missing directory or /etc/modules is fine; an unreadable one is an error.
-func ScanDeclarations(root hostfs.Root) ([]Declaration, error) {
+// ModulesLoadFiles returns, per file name, the modules-load.d file
+// systemd-modules-load reads under that name (host paths): systemd lists
+// every entry ending in .conf that is not hidden (a leading '.') and is a
+// regular file or a symbolic link — a directory is not listed — and the
+// first directory of ModulesLoadDirs holding a name wins, whatever the
+// entry turns out to be (a dangling link or a link to /dev/null, which
+// systemd reads as nothing, still hides the same name in later
+// directories). A missing directory, or a path that is not one, is skipped
+// as systemd does; an unreadable one is an error.
+func ModulesLoadFiles(root hostfs.Root) (map[string]string, error) {
 	files := map[string]string{} // base name → host path
-	masked := map[string]bool{}
 	for _, dir := range ModulesLoadDirs {
-		ents, err := os.ReadDir(root.Path(dir))
-		if errors.Is(err, os.ErrNotExist) {
+		ents, err := root.ReadDir(dir)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 			continue
 		}
 		if err != nil {
@@ -99,18 +142,61 @@ func ScanDeclarations(root hostfs.Root) ([]Declaration, error) {
 		}
 		for _, e := range ents {
 			name := e.Name()
-			if !strings.HasSuffix(name, ".conf") || e.IsDir() || files[name] != "" || masked[name] {
+			if !strings.HasSuffix(name, ".conf") || strings.HasPrefix(name, ".") || files[name] != "" {
 				continue
 			}
-			p := filepath.Join(dir, name)
-			if e.Type()&os.ModeSymlink != 0 {
-				if t, err := os.Readlink(root.Path(p)); err == nil && t == "/dev/null" {
-					masked[name] = true
-					continue
-				}
+			if t := e.Type(); t != 0 && t&fs.ModeSymlink == 0 {
+				continue // a directory, pipe, socket or device: systemd does not list it
 			}
-			files[name] = p
+			files[name] = path.Join(dir, name)
 		}
+	}
+	return files, nil
+}
+
+// openDeclarations opens the modules-load.d file or /etc/modules at host
+// path p the way systemd-modules-load and kmod reach it: a link to
+// /dev/null, a dangling link, a link to a directory or /dev/null itself
+// read as nothing (nil, nil); a named pipe, socket or other device is an
+// error (systemd would block on it or fail); links resolve inside root.
+func openDeclarations(root hostfs.Root, p string) (io.ReadCloser, error) {
+	if fi, err := root.Lstat(p); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		if t, err := root.Readlink(p); err == nil && isDevNullTarget(p, t) {
+			return nil, nil
+		}
+	}
+	f, err := root.OpenLimited(p, limitModulesLoadConf)
+	switch {
+	case err == nil:
+		return f, nil
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR):
+		return nil, nil
+	case errors.Is(err, hostfs.ErrNotRegular):
+		if fi, serr := root.Stat(p); serr == nil && hostfs.IsDevNull(fi) {
+			return nil, nil
+		}
+	}
+	return nil, err
+}
+
+// isDevNullTarget reports whether a link at p pointing to target names /dev/null.
+func isDevNullTarget(p, target string) bool {
+	if !path.IsAbs(target) {
+		target = path.Join(path.Dir(p), target)
+	}
+	return path.Clean(target) == "/dev/null"
+}
+
+// ScanDeclarations returns the modules declared for boot on the host at
+// root for which keep returns true (nil keeps all): those of each file
+// ModulesLoadFiles lists, in file-name order, then those of Debian's
+// /etc/modules. Only the declarations kept are held in memory, so a huge
+// file costs its reading time, not its size. A missing directory or
+// /etc/modules is fine; an unreadable one is an error.
+func ScanDeclarations(root hostfs.Root, keep func(module string) bool) ([]Declaration, error) {
+	files, err := ModulesLoadFiles(root)
+	if err != nil {
+		return nil, err
 	}
 	names := make([]string, 0, len(files))
 	for n := range files {
@@ -119,18 +205,22 @@ func ScanDeclarations(root hostfs.Root) ([]Declaration, error) {
 	sort.Strings(names)
 	var out []Declaration
 	read := func(p string, etc bool) error {
-		f, err := os.Open(root.Path(p))
-		if err != nil {
-			return fmt.Errorf("reading %s: %w", root.Path(p), err)
+		f, err := openDeclarations(root, p)
+		if err != nil || f == nil {
+			return err
 		}
 		defer f.Close()
-		ds, err := ParseModulesLoad(f, etc)
+		err = scanModulesLoad(f, etc, func(d Declaration) {
+			if keep == nil || keep(d.Module) {
+				d.File = p
+				out = append(out, d)
+			}
+		})
+		if errors.Is(err, hostfs.ErrTooLarge) {
+			return fmt.Errorf("reading %w", err)
+		}
 		if err != nil {
 			return fmt.Errorf("parsing %s: %w", root.Path(p), err)
-		}
-		for _, d := range ds {
-			d.File = p
-			out = append(out, d)
 		}
 		return nil
 	}
@@ -139,7 +229,7 @@ func ScanDeclarations(root hostfs.Root) ([]Declaration, error) {
 			return nil, err
 		}
 	}
-	if err := read(EtcModules, true); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := read(EtcModules, true); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -197,6 +287,13 @@ func MergeDeclarations(existing []byte, want []string, stale map[string]string) 
 	for _, l := range lines {
 		body := bytes.TrimRight(l, "\r\n")
 		end := l[len(body):]
+		if bytes.ContainsAny(body, "\r\x00") {
+			// Several lines to systemd (a lone CR or a NUL ends one): kept
+			// as written, each module it declares counted as present.
+			_ = scanModulesLoad(bytes.NewReader(body), false, func(d Declaration) { present[d.Module] = true })
+			b.Write(l)
+			continue
+		}
 		name, ok := declaredModule(string(body), false)
 		if ok {
 			if reason, isStale := stale[name]; isStale {
@@ -234,60 +331,4 @@ func MergeDeclarations(existing []byte, want []string, stale map[string]string) 
 	res.Content = b.Bytes()
 	res.Changed = !bytes.Equal(res.Content, existing)
 	return res
-}
-
-// WriteFileAtomic replaces path with data so that readers see either the
-// old or the new content: a temporary file in the same directory is
-// written, fsynced and renamed over path, then the directory is fsynced. An
-// existing file keeps its mode (and, when possible, owner); a new one gets
-// perm. The directory is created (0755) when missing.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	mode := perm
-	var owner *[2]int
-	if fi, err := os.Stat(path); err == nil {
-		mode = fi.Mode().Perm()
-		owner = fileOwner(fi)
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = tmp.Write(data); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err = tmp.Chmod(mode); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if owner != nil {
-		_ = tmp.Chown(owner[0], owner[1]) // best effort: keep the owner when we may
-	}
-	if err = tmp.Sync(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if d, derr := os.Open(dir); derr == nil {
-		serr := d.Sync()
-		d.Close()
-		if serr != nil {
-			return fmt.Errorf("writing %s: syncing directory: %w", path, serr)
-		}
-	}
-	return nil
 }

@@ -4,7 +4,7 @@ package modules
 
 import (
 	"fmt"
-	"os"
+	"path"
 	"sort"
 	"strings"
 
@@ -123,7 +123,7 @@ func Observe(root hostfs.Root, scheduler string) (*Observation, error) {
 // files do not change between the observations of one check run).
 func observeWith(root hostfs.Root, scheduler string, ix *Index) (*Observation, error) {
 	rel := ix.Release
-	proc, err := ReadProcModules(root.Path("/proc/modules"))
+	proc, err := ReadProcModules(root)
 	if err != nil {
 		return nil, err
 	}
@@ -133,21 +133,11 @@ func observeWith(root hostfs.Root, scheduler string, ix *Index) (*Observation, e
 			loaded[m.Name] = true
 		}
 	}
-	decls, err := ScanDeclarations(root)
-	if err != nil {
-		return nil, err
-	}
-	declaredIn := map[string][]string{}
-	for _, d := range decls {
-		if !contains(declaredIn[d.Module], d.File) {
-			declaredIn[d.Module] = append(declaredIn[d.Module], d.File)
-		}
-	}
 	inSys := func(name string) bool {
 		if !validModuleName(name) || name == "." || name == ".." {
 			return false
 		}
-		_, err := os.Stat(root.Path("/sys/module", name))
+		_, err := root.Stat(path.Join("/sys/module", name))
 		return err == nil
 	}
 	// Without modules.dep the kernel's shipped set is unknown: decide the
@@ -156,7 +146,28 @@ func observeWith(root hostfs.Root, scheduler string, ix *Index) (*Observation, e
 	if ix.DepMissing {
 		shipper = shipFunc(func(n string) bool { return ix.Ships(n) || loaded[n] || inSys(n) })
 	}
-	o := &Observation{Release: rel, Scheduler: schedulerOrDefault(scheduler), Desired: Desired(scheduler, shipper), Index: ix, Declarations: decls}
+	o := &Observation{Release: rel, Scheduler: schedulerOrDefault(scheduler), Desired: Desired(scheduler, shipper), Index: ix}
+	// Keep only the declarations a finding can be about: a huge foreign
+	// file then costs reading time, not memory.
+	o.Declarations, err = ScanDeclarations(root, func(m string) bool { return isIPVSRelated(m) || contains(o.Desired, m) })
+	if err != nil {
+		return nil, err
+	}
+	declaredIn := map[string][]string{}
+	for _, d := range o.Declarations {
+		if !contains(declaredIn[d.Module], d.File) {
+			declaredIn[d.Module] = append(declaredIn[d.Module], d.File)
+		}
+	}
+	// A module modules.dep lacks is "not in kernel" only when the index
+	// agrees with itself: never decide that from a cut modules.dep.
+	for _, m := range o.Desired {
+		if !ix.IsBuiltin(m) && !loaded[m] && !inSys(m) {
+			if err := ix.ConfirmAbsent(m); err != nil {
+				return nil, err
+			}
+		}
+	}
 	mk := func(name string, wanted bool) Finding {
 		f := Finding{Module: name, Builtin: ix.IsBuiltin(name), DeclaredIn: declaredIn[name], release: rel, wanted: wanted, unknown: ix.DepMissing}
 		f.Loaded = loaded[name] || f.Builtin || inSys(name)
@@ -172,6 +183,9 @@ func observeWith(root hostfs.Root, scheduler string, ix *Index) (*Observation, e
 	for m := range declaredIn {
 		if !contains(o.Desired, m) && isIPVSRelated(m) {
 			if f := mk(m, false); f.Stale {
+				if err := ix.ConfirmAbsent(m); err != nil {
+					return nil, err
+				}
 				extra = append(extra, m)
 			}
 		}
@@ -215,6 +229,10 @@ func (o *Observation) problems() problems {
 	}
 	return p
 }
+
+// declaredEverywhere reports whether every module that needs a boot
+// declaration has one.
+func (o *Observation) declaredEverywhere() bool { return len(o.problems().notPersisted) == 0 }
 
 // describe renders "a", "a and b", "a, b and c".
 func describe(names []string) string {

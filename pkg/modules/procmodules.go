@@ -10,6 +10,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 )
 
 // ProcModule is one line of /proc/modules.
@@ -81,11 +83,13 @@ func ParseProcModules(r io.Reader) ([]ProcModule, error) {
 	return out, nil
 }
 
-// ReadProcModules reads and parses /proc/modules at path. A missing file
+// ReadProcModules reads and parses /proc/modules under root. A missing file
 // (a kernel built without module support) reads as no modules; any other
-// failure (a directory, no permission, garbage) is an error naming the path.
-func ReadProcModules(path string) ([]ProcModule, error) {
-	f, err := os.Open(path)
+// failure (a directory, a named pipe, no permission, garbage, more than its
+// size limit) is an error naming the path.
+func ReadProcModules(root hostfs.Root) ([]ProcModule, error) {
+	const p = "/proc/modules"
+	f, err := root.OpenLimited(p, limitProcModules)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -95,7 +99,7 @@ func ReadProcModules(path string) ([]ProcModule, error) {
 	defer f.Close()
 	mods, err := ParseProcModules(f)
 	if err != nil {
-		return nil, fmt.Errorf("reading loaded modules from %s: %w", path, err)
+		return nil, fmt.Errorf("reading loaded modules from %s: %w", root.Path(p), err)
 	}
 	return mods, nil
 }

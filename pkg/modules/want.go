@@ -3,6 +3,7 @@
 package modules
 
 import (
+	"fmt"
 	"strings"
 )
 
@@ -77,4 +78,47 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// KnownSchedulers are the IPVS schedulers of mainline Linux
+// (net/netfilter/ipvs/ip_vs_<name>.c).
+var KnownSchedulers = []string{"dh", "fo", "lblc", "lblcr", "lc", "mh", "nq", "ovf", "rr", "sed", "sh", "twos", "wlc", "wrr"}
+
+// nonSchedulers are ip_vs_* modules that are not schedulers: application
+// helpers and persistence engines. Naming one as the scheduler would
+// declare it for boot.
+var nonSchedulers = []string{"ftp", "sip", "pe_sip", "pe"}
+
+// ValidateScheduler checks an IPVS scheduler name before it becomes a module
+// name (ip_vs_<name>). A name is valid when it could be one of the kernel's
+// schedulers: 1 to 15 characters (IP_VS_SCHEDNAME_MAXLEN is 16 with the
+// NUL) of lower-case letters and digits, starting with a letter, and not an
+// IPVS helper module such as ftp. A well-formed name the running kernel
+// lacks ("nosuch") is valid here: it is a finding of the modules check
+// (ip_vs_nosuch not in kernel), as a newer kernel may ship a scheduler this
+// list does not know.
+func ValidateScheduler(s string) error {
+	if s == "" {
+		return nil
+	}
+	if len(s) > 15 {
+		return fmt.Errorf("IPVS scheduler %q: %d characters, the kernel's names have at most 15 (one of %s)", truncate(s, 32), len(s), strings.Join(KnownSchedulers, ", "))
+	}
+	for i, c := range s {
+		if !(c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return fmt.Errorf("IPVS scheduler %q: not a scheduler name (lower-case letters and digits; one of %s)", s, strings.Join(KnownSchedulers, ", "))
+		}
+	}
+	if contains(nonSchedulers, s) {
+		return fmt.Errorf("IPVS scheduler %q: ip_vs_%s is an IPVS helper module, not a scheduler (one of %s)", s, s, strings.Join(KnownSchedulers, ", "))
+	}
+	return nil
+}
+
+// truncate shortens s to at most n bytes for a message.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
