@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 )
 
@@ -207,7 +209,7 @@ func BenchmarkNetNSRTTSlowResponder(b *testing.B) {
 	tp.sysctl(resp, "net.ipv4.conf.all.arp_ignore", "8")
 	target := netip.MustParseAddr("10.88.7.7")
 	respMAC := mustMAC(b, tp.mac(resp, "eth0"))
-	conn, err := listenInNetNS(netnsPath(resp), &net.Interface{Index: tp.ifindex(resp, "eth0"), Name: "eth0", HardwareAddr: respMAC}, nil)
+	conn, err := listenInNetNS(netnsPath(resp), &net.Interface{Index: tp.ifindex(resp, "eth0"), Name: "eth0", HardwareAddr: respMAC}, unix.ETH_P_ARP, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,10 +9,12 @@ import (
 
 // Finding is the arp check's observation for one IP. Its JSON shape is part
 // of the CLI contract (DESIGN §8): ip, interface, result, macs, rtt_seconds,
-// plus optional context fields that are left out when empty.
+// family, plus optional context fields that are left out when empty.
 type Finding struct {
 	// IP is the probed address.
 	IP string `json:"ip"`
+	// Family is the address's family: ipv4 (probed with ARP) or ipv6 (NDP).
+	Family Family `json:"family"`
 	// Interface is where it was probed.
 	Interface string `json:"interface"`
 	// Result is the verdict.
