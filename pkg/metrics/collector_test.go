@@ -28,6 +28,7 @@ func (f moduleFinding) String() string { return f.Module }
 
 type arpFinding struct {
 	IP         string   `json:"ip"`
+	Family     string   `json:"family,omitempty"` // absent: derived from ip
 	Interface  string   `json:"interface"`
 	Result     string   `json:"result"`
 	MACs       []string `json:"macs"`
@@ -128,33 +129,40 @@ ipvs_guard_modules_stale_declaration{module="nf_conntrack_ipv4"} 1
 					arpFinding{IP: "192.0.2.10", Interface: "eth0", Result: "answered", MACs: []string{"02:00:00:00:00:01"}, RTTSeconds: 0.0012},
 					arpFinding{IP: "192.0.2.11", Interface: "eth0", Result: "no-reply"},
 					arpFinding{IP: "192.0.2.12", Interface: "eth0", Result: "conflict", MACs: []string{"02:00:00:00:00:01", "02:00:00:00:00:02"}, RTTSeconds: 0.002},
+					arpFinding{IP: "2001:db8::10", Family: "ipv6", Interface: "eth0", Result: "wrong-responder", MACs: []string{"02:00:00:00:00:03"}, RTTSeconds: 0.0015},
 				},
 			}}},
 			metrics: []string{"ipvs_guard_arp_probe_result", "ipvs_guard_arp_responders", "ipvs_guard_arp_probe_rtt_seconds"},
 			want: `
-# HELP ipvs_guard_arp_probe_result Latest ARP probe result for a LoadBalancer IP this node probes: 1 for the current result, 0 for the others.
+# HELP ipvs_guard_arp_probe_result Latest ARP (IPv4) or NDP (IPv6) probe result for a LoadBalancer IP this node probes: 1 for the current result, 0 for the others.
 # TYPE ipvs_guard_arp_probe_result gauge
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="answered"} 1
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="conflict"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="no-reply"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="wrong-responder"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="answered"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="conflict"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="no-reply"} 1
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="wrong-responder"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.12",result="answered"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.12",result="conflict"} 1
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.12",result="no-reply"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.12",result="wrong-responder"} 0
-# HELP ipvs_guard_arp_probe_rtt_seconds Round-trip time of the first reply to the latest ARP probe of a LoadBalancer IP (absent when nothing answered).
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="answered"} 1
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="conflict"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="no-reply"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="wrong-responder"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="answered"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="conflict"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="no-reply"} 1
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="wrong-responder"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.12",result="answered"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.12",result="conflict"} 1
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.12",result="no-reply"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.12",result="wrong-responder"} 0
+ipvs_guard_arp_probe_result{family="ipv6",interface="eth0",ip="2001:db8::10",result="answered"} 0
+ipvs_guard_arp_probe_result{family="ipv6",interface="eth0",ip="2001:db8::10",result="conflict"} 0
+ipvs_guard_arp_probe_result{family="ipv6",interface="eth0",ip="2001:db8::10",result="no-reply"} 0
+ipvs_guard_arp_probe_result{family="ipv6",interface="eth0",ip="2001:db8::10",result="wrong-responder"} 1
+# HELP ipvs_guard_arp_probe_rtt_seconds Round-trip time of the first reply to the latest ARP (IPv4) or NDP (IPv6) probe of a LoadBalancer IP (absent when nothing answered).
 # TYPE ipvs_guard_arp_probe_rtt_seconds gauge
-ipvs_guard_arp_probe_rtt_seconds{interface="eth0",ip="192.0.2.10"} 0.0012
-ipvs_guard_arp_probe_rtt_seconds{interface="eth0",ip="192.0.2.12"} 0.002
-# HELP ipvs_guard_arp_responders Number of distinct MAC addresses that answered the latest ARP probe of a LoadBalancer IP.
+ipvs_guard_arp_probe_rtt_seconds{family="ipv4",interface="eth0",ip="192.0.2.10"} 0.0012
+ipvs_guard_arp_probe_rtt_seconds{family="ipv4",interface="eth0",ip="192.0.2.12"} 0.002
+ipvs_guard_arp_probe_rtt_seconds{family="ipv6",interface="eth0",ip="2001:db8::10"} 0.0015
+# HELP ipvs_guard_arp_responders Number of distinct MAC addresses that answered the latest ARP (IPv4) or NDP (IPv6) probe of a LoadBalancer IP.
 # TYPE ipvs_guard_arp_responders gauge
-ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.10"} 1
-ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.11"} 0
-ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.12"} 2
+ipvs_guard_arp_responders{family="ipv4",interface="eth0",ip="192.0.2.10"} 1
+ipvs_guard_arp_responders{family="ipv4",interface="eth0",ip="192.0.2.11"} 0
+ipvs_guard_arp_responders{family="ipv4",interface="eth0",ip="192.0.2.12"} 2
+ipvs_guard_arp_responders{family="ipv6",interface="eth0",ip="2001:db8::10"} 1
 `,
 		},
 		{
@@ -200,9 +208,9 @@ ipvs_guard_node_condition_status{condition="KubeProxyIPVSDegraded",status="Unkno
 			}}},
 			metrics: []string{"ipvs_guard_arp_responders"},
 			want: `
-# HELP ipvs_guard_arp_responders Number of distinct MAC addresses that answered the latest ARP probe of a LoadBalancer IP.
+# HELP ipvs_guard_arp_responders Number of distinct MAC addresses that answered the latest ARP (IPv4) or NDP (IPv6) probe of a LoadBalancer IP.
 # TYPE ipvs_guard_arp_responders gauge
-ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.10"} 1
+ipvs_guard_arp_responders{family="ipv4",interface="eth0",ip="192.0.2.10"} 1
 `,
 		},
 	}
@@ -240,9 +248,9 @@ func TestCollectorVanishes(t *testing.T) {
 		}},
 	}}
 	want := `
-# HELP ipvs_guard_arp_responders Number of distinct MAC addresses that answered the latest ARP probe of a LoadBalancer IP.
+# HELP ipvs_guard_arp_responders Number of distinct MAC addresses that answered the latest ARP (IPv4) or NDP (IPv6) probe of a LoadBalancer IP.
 # TYPE ipvs_guard_arp_responders gauge
-ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.10"} 1
+ipvs_guard_arp_responders{family="ipv4",interface="eth0",ip="192.0.2.10"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ipvs_guard_arp_responders"); err != nil {
 		t.Error(err)

@@ -39,23 +39,23 @@ func TestMetrics(t *testing.T) {
 # TYPE ipvs_guard_modules_load_attempts_total counter
 ipvs_guard_modules_load_attempts_total{module="ip_vs_lc",result="success"} 1
 ipvs_guard_modules_load_attempts_total{module="ip_vs_nosuch",result="failure"} 2
-# HELP ipvs_guard_arp_probe_duration_seconds Time from sending an ARP probe of a LoadBalancer IP to its first reply, by result.
+# HELP ipvs_guard_arp_probe_duration_seconds Time from sending an ARP (IPv4) or NDP (IPv6) probe of a LoadBalancer IP to its first reply, by family and result.
 # TYPE ipvs_guard_arp_probe_duration_seconds histogram
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.0005"} 0
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.001"} 1
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.0025"} 1
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.005"} 1
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.01"} 1
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.025"} 1
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.05"} 1
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.1"} 1
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.25"} 1
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.5"} 1
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="1"} 1
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="2.5"} 1
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="+Inf"} 1
-ipvs_guard_arp_probe_duration_seconds_sum{result="answered"} 0.0008
-ipvs_guard_arp_probe_duration_seconds_count{result="answered"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="0.0005"} 0
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="0.001"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="0.0025"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="0.005"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="0.01"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="0.025"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="0.05"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="0.1"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="0.25"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="0.5"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="1"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="2.5"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="+Inf"} 1
+ipvs_guard_arp_probe_duration_seconds_sum{family="ipv4",result="answered"} 0.0008
+ipvs_guard_arp_probe_duration_seconds_count{family="ipv4",result="answered"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"ipvs_guard_modules_load_attempts_total", "ipvs_guard_arp_probe_duration_seconds"); err != nil {

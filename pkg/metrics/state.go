@@ -4,6 +4,7 @@ package metrics
 
 import (
 	"encoding/json"
+	"net/netip"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
@@ -24,6 +25,7 @@ type moduleState struct {
 // arpState is what the collector reads from an ARP finding (DESIGN §8).
 type arpState struct {
 	IP         string   `json:"ip"`
+	Family     string   `json:"family"`
 	Interface  string   `json:"interface"`
 	Result     string   `json:"result"`
 	MACs       []string `json:"macs"`
@@ -124,11 +126,24 @@ func fromModule(f modules.Finding) moduleState {
 }
 
 // fromARP converts an ARP finding; one without a verdict is not exposed.
+// family is the finding's IP family; a finding from before the family field
+// gets it from its IP ("" when that does not parse).
+func (a arpState) family() string {
+	if a.Family != "" {
+		return a.Family
+	}
+	ip, err := netip.ParseAddr(a.IP)
+	if err != nil {
+		return ""
+	}
+	return string(arpcheck.FamilyOf(ip))
+}
+
 func fromARP(f arpcheck.Finding) (arpState, bool) {
 	if f.IP == "" || f.Result == arpcheck.ResultUnknown {
 		return arpState{}, false
 	}
-	return arpState{IP: f.IP, Interface: f.Interface, Result: f.Result.String(), MACs: f.MACs, RTTSeconds: f.RTTSeconds}, true
+	return arpState{IP: f.IP, Family: string(f.Family), Interface: f.Interface, Result: f.Result.String(), MACs: f.MACs, RTTSeconds: f.RTTSeconds}, true
 }
 
 func (st *resultState) fromKubeProxy(f kubeproxy.Finding) {
