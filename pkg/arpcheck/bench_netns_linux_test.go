@@ -208,8 +208,36 @@ func BenchmarkNetNSRTTSlowResponder(b *testing.B) {
 	tp.batch(prober, []string{"addr add 10.88.200.1/16 dev eth0", "link set eth0 up"})
 	tp.sysctl(resp, "net.ipv4.conf.all.arp_ignore", "8")
 	target := netip.MustParseAddr("10.88.7.7")
+	slowResponder(b, tp, resp, target, delay)
+
+	ctx := context.Background()
+	rt, sock, dst := benchSocket(ctx, b, prober, target)
+	warm, _ := NewProber(sock, dst, rt.Interface, rt.MAC, rt.Src, ProbeOptions{Window: 2 * time.Second, Attempts: 10})
+	if obs, err := warm.Probe(ctx, []netip.Addr{target}); err != nil || len(obs[0].MACs) != 1 {
+		b.Fatalf("warm-up probe: %v %v", obs, err)
+	}
+	p, _ := NewProber(sock, dst, rt.Interface, rt.MAC, rt.Src, ProbeOptions{Window: 50 * time.Millisecond, Attempts: 1})
+	plain, _ := NewProber(plainSocket{sock}, dst, rt.Interface, rt.MAC, rt.Src, ProbeOptions{Window: 50 * time.Millisecond, Attempts: 1})
+	ms, mu, mt := rttMedians(ctx, b, p, plain, prober, target, n)
+	b.ReportMetric(float64(ms.Microseconds()), "ipvsguard-median-rtt-us")
+	b.ReportMetric(float64(mu.Microseconds()), "ipvsguard-userspace-median-rtt-us")
+	b.ReportMetric(float64(mt.Microseconds()), "arping-median-rtt-us")
+	b.ReportMetric(float64(ms)/float64(mt), "rtt-ratio")
+	b.ReportMetric(float64(mu)/float64(mt), "userspace-rtt-ratio")
+}
+
+// slowResponder answers requests for target (ARP, or neighbour
+// solicitations for an IPv6 target) from user space in namespace resp, each
+// after spinning for delay, until the benchmark ends. The namespace's kernel
+// must not answer for target itself.
+func slowResponder(b *testing.B, tp *topo, resp string, target netip.Addr, delay time.Duration) {
+	b.Helper()
 	respMAC := mustMAC(b, tp.mac(resp, "eth0"))
-	conn, err := listenInNetNS(netnsPath(resp), &net.Interface{Index: tp.ifindex(resp, "eth0"), Name: "eth0", HardwareAddr: respMAC}, unix.ETH_P_ARP, nil)
+	proto := unix.ETH_P_ARP
+	if target.Is6() {
+		proto = unix.ETH_P_IPV6
+	}
+	conn, err := listenInNetNS(netnsPath(resp), &net.Interface{Index: tp.ifindex(resp, "eth0"), Name: "eth0", HardwareAddr: respMAC}, proto, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -240,19 +268,4 @@ func BenchmarkNetNSRTTSlowResponder(b *testing.B) {
 			_, _ = conn.WriteTo(buildReply(b, respMAC, target, reqMAC, reqIP), from)
 		}
 	}()
-
-	ctx := context.Background()
-	rt, sock, dst := benchSocket(ctx, b, prober, target)
-	warm, _ := NewProber(sock, dst, rt.Interface, rt.MAC, rt.Src, ProbeOptions{Window: 2 * time.Second, Attempts: 10})
-	if obs, err := warm.Probe(ctx, []netip.Addr{target}); err != nil || len(obs[0].MACs) != 1 {
-		b.Fatalf("warm-up probe: %v %v", obs, err)
-	}
-	p, _ := NewProber(sock, dst, rt.Interface, rt.MAC, rt.Src, ProbeOptions{Window: 50 * time.Millisecond, Attempts: 1})
-	plain, _ := NewProber(plainSocket{sock}, dst, rt.Interface, rt.MAC, rt.Src, ProbeOptions{Window: 50 * time.Millisecond, Attempts: 1})
-	ms, mu, mt := rttMedians(ctx, b, p, plain, prober, target, n)
-	b.ReportMetric(float64(ms.Microseconds()), "ipvsguard-median-rtt-us")
-	b.ReportMetric(float64(mu.Microseconds()), "ipvsguard-userspace-median-rtt-us")
-	b.ReportMetric(float64(mt.Microseconds()), "arping-median-rtt-us")
-	b.ReportMetric(float64(ms)/float64(mt), "rtt-ratio")
-	b.ReportMetric(float64(mu)/float64(mt), "userspace-rtt-ratio")
 }
