@@ -4,7 +4,10 @@ package arpcheck
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 )
 
 // Finding is the arp check's observation for one IP. Its JSON shape is part
@@ -56,6 +59,26 @@ func (f Finding) String() string {
 		b.WriteString(f.expected())
 	}
 	return b.String()
+}
+
+// State implements check.Finding: the probe's ipvs_guard_arp_* state. A
+// finding without a verdict publishes nothing.
+func (f Finding) State() check.State {
+	if f.IP == "" || f.Result == ResultUnknown {
+		return check.State{}
+	}
+	family := f.Family
+	if ip, err := netip.ParseAddr(f.IP); family == "" && err == nil {
+		family = FamilyOf(ip)
+	}
+	return check.State{ARP: &check.ARPState{
+		IP:         f.IP,
+		Family:     string(family),
+		Interface:  f.Interface,
+		Result:     f.Result.String(),
+		Responders: len(f.MACs),
+		RTTSeconds: f.RTTSeconds,
+	}}
 }
 
 // responders lists the MACs with their node names where known.
