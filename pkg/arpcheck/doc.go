@@ -16,11 +16,13 @@
 // side (route lookup through netlink, AF_PACKET sockets) lives in
 // network_linux.go; other platforms get [ErrNotSupported].
 //
-// Observed kernel behaviour (netns tier): Linux answers a neighbour
-// solicitation only for an address on the receiving interface, so an IPv6
-// VIP on kube-ipvs0 is never answered by the node's kernel, whatever
-// arp_ignore (IPv4 only), forwarding or the device's state; only MetalLB's
-// speaker answers it. There is no IPv6 counterpart of strict ARP to check.
+// Observed kernel behaviour (netns tier on this host's kernel with an ifb
+// device, guest tier on Debian's 6.1 with a real dummy kube-ipvs0): Linux
+// answers a neighbour solicitation only for an address on the receiving
+// interface, so an IPv6 VIP on kube-ipvs0 is never answered by the node's
+// kernel, whatever arp_ignore (IPv4 only), forwarding or the device's state;
+// only MetalLB's speaker answers it. There is no IPv6 counterpart of strict
+// ARP to check.
 //
 // It must not decide which IPs to probe (callers feed a [TargetSource]; the
 // shard subpackage picks the IPs a node judges), must not talk to the

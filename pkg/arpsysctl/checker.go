@@ -147,8 +147,8 @@ func (c *Checker) lbIPsOnLink(ctx context.Context, link kubeproxy.Link) ([]netip
 // splitIPv6 keeps the IPv4 addresses and counts the IPv6 ones. arp_ignore and
 // arp_announce are IPv4 settings, and an IPv6 address on kube-ipvs0 needs no
 // counterpart: Linux answers a neighbour solicitation only for an address on
-// the receiving interface (observed in the arpcheck netns tier, with
-// forwarding on and the device up too).
+// the receiving interface (observed in the arpcheck netns and guest tiers,
+// with forwarding on and the device up too).
 func splitIPv6(ips []netip.Addr) (v4 []netip.Addr, v6 int) {
 	for _, a := range ips {
 		if a.Unmap().Is4() {
