@@ -179,4 +179,14 @@ func TestNetNSTopologyIPv6(t *testing.T) {
 			t.Errorf("%s answered by %v, want %s", ipStr, f.MACs, want)
 		}
 	}
+
+	// With a route but no IPv6 address to solicit from (MetalLB's speaker
+	// ignores solicitations from ::), IPv6 IPs are reported as not probed
+	// rather than as silent.
+	tp.run("ip", "-n", prober, "-6", "addr", "flush", "dev", "eth0")
+	tp.run("ip", "-n", prober, "-6", "route", "replace", "fd00:77::/64", "dev", "eth0")
+	res, byIP = runCheck(t, prober, targets...)
+	if len(byIP) != 2 || res.Status != check.StatusOK || !strings.Contains(res.Message, "(2 IPv4 by ARP); not probed: fd00:77::11 (eth0 has no usable IPv6 address") {
+		t.Errorf("IPv6 off on the prober: %s %q, %d findings", res.Status, res.Message, len(byIP))
+	}
 }

@@ -27,8 +27,9 @@ type Route struct {
 	Index int
 	// MAC is its hardware address (the requests' sender).
 	MAC net.HardwareAddr
-	// Src is the requests' sender IP, in the probed address's family: 0.0.0.0
-	// (IPv4) or :: (IPv6) when the interface has no usable address of it.
+	// Src is the requests' sender IP, in the probed address's family: for
+	// IPv4 0.0.0.0 when the interface has none (an ARP probe); for IPv6
+	// preferably the link-local address.
 	Src netip.Addr
 }
 

@@ -98,6 +98,11 @@ func (h HostNetwork) Route(_ context.Context, ip netip.Addr, iface string) (Rout
 	if ip.Is6() || !ok || !src.Is4() || (forced != nil && !linkHas(nh, link, src)) {
 		src = pickSource(nh, link, ip)
 	}
+	if src.Is6() && src.IsUnspecified() {
+		// A solicitation from :: carries no source link-layer address, and
+		// MetalLB's speaker ignores those: every IP would read no-reply.
+		return Route{}, fmt.Errorf("%s has no usable IPv6 address to send neighbour solicitations from (IPv6 off, or its link-local address still tentative)", attrs.Name)
+	}
 	return Route{Interface: attrs.Name, Index: attrs.Index, MAC: attrs.HardwareAddr, Src: src}, nil
 }
 
@@ -158,8 +163,8 @@ func familyOf(ip netip.Addr) int {
 // 0.0.0.0 (an ARP probe, which owners answer too). For IPv6: the link's
 // link-local address first (the kernel's own choice for a solicitation to a
 // link-scope multicast group, RFC 6724 rule 2), then the address on ip's
-// subnet, the first one, else :: (answers then go to all nodes). Tentative
-// and duplicate addresses are never used.
+// subnet, the first one, else :: (which Route refuses). Tentative and
+// duplicate addresses are never used.
 func pickSource(nh *netlink.Handle, link netlink.Link, ip netip.Addr) netip.Addr {
 	none := netip.IPv4Unspecified()
 	if ip.Is6() {
