@@ -223,11 +223,7 @@ func ndpRTT(b *testing.B, tp *topo, prober string, target netip.Addr) {
 	for b.Loop() {
 		own, ownWire, ndiscWire = own[:0], ownWire[:0], ndiscWire[:0]
 		for range n {
-			obs, err := p.Probe(ctx, []netip.Addr{target})
-			if err != nil || len(obs[0].MACs) != 1 {
-				b.Fatalf("probe: %v %v", obs, err)
-			}
-			own = append(own, obs[0].RTT)
+			own = append(own, probeRTT(ctx, b, p, target))
 			ownWire = append(ownWire, sn.roundTrip(b, rt.MAC, target))
 			if r := ndisc6(b, prober, "eth0", target.String(), "-1", "-r", "1", "-w", "1000"); len(r.macs) != 1 {
 				b.Fatalf("ndisc6: %s", r.out)
