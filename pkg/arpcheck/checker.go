@@ -100,9 +100,9 @@ type CheckerOptions struct {
 
 // Checker is the arp check (check.NameARP): it probes the targets, one
 // socket per egress interface and family (ARP for IPv4, NDP for IPv6), and
-// reports a Finding per target. Its fields
-// are set at construction; Run may be called repeatedly, not concurrently
-// with itself for the same interfaces (each run opens its own sockets).
+// reports a Finding per target. Its fields are set at construction; Run may
+// be called repeatedly, not concurrently with itself for the same interfaces
+// (each run opens its own sockets).
 type Checker struct {
 	targets  TargetSource
 	network  Network
