@@ -92,7 +92,7 @@ e2e test-e2e:
 guest-shell:
 	hack/guest/shell.sh
 
-## test-netns: ARP prober against real network namespaces and iputils arping (root)
+## test-netns: ARP/NDP prober against real network namespaces, iputils arping and ndisc6 (root)
 .PHONY: test-netns
 test-netns:
 	@echo "--- tier: netns"
@@ -103,7 +103,7 @@ test-netns:
 bench-ipvs:
 	hack/bench-ipvs.sh
 
-## bench-arp: ARP figures (1,000 IPs vs arping, RTT vs arping, sharding rate)
+## bench-arp: ARP and NDP figures (1,000 IPs vs arping, RTT vs arping and ndisc6, sharding rate)
 .PHONY: bench-arp
 bench-arp:
 	hack/bench-arp.sh

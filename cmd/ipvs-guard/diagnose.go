@@ -37,8 +37,8 @@ func (o *checkOptions) addFlags(cmd *cobra.Command) {
 	f.StringVar(&o.root, "root", "/", "prefix for every host path read or written (/proc, /sys, /lib/modules, /etc, /run, /usr/lib)")
 	f.StringVar(&o.scheduler, "scheduler", "", "IPVS scheduler (default: from kube-proxy's /configz or ConfigMap, else rr)")
 	f.StringVar(&o.kubeProxyMetrics, "kube-proxy-metrics-address", "127.0.0.1:10249", "where kube-proxy serves /proxyMode and /configz")
-	f.StringSliceVar(&o.probeIPs, "probe-ip", nil, "ARP-probe these IPs (repeatable or comma-separated)")
-	f.StringVar(&o.probeInterface, "interface", "", "interface to ARP-probe on (default: from a route lookup)")
+	f.StringSliceVar(&o.probeIPs, "probe-ip", nil, "probe these IPs: IPv4 with ARP, IPv6 with neighbour discovery (repeatable or comma-separated)")
+	f.StringVar(&o.probeInterface, "interface", "", "interface to probe on (default: from a route lookup)")
 }
 
 // validate refuses flag values no check can use (a usage error, exit 2,

@@ -11,8 +11,9 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck/shard"
 )
 
-// ARPTargets is the ARP check's target source over the view: the IPv4
-// LoadBalancer ingress IPs this node must probe, each with the announcing
+// ARPTargets is the ARP check's target source over the view: the
+// LoadBalancer ingress IPs this node must probe (IPv4 with ARP, IPv6 with
+// NDP), each with the announcing
 // node (ServiceL2Status) and the MACs that node published. An IP this node
 // announces itself is never judged by it. With k > 0 the IPs are sharded by
 // rendezvous hashing over the Ready nodes so that each is probed by k nodes
@@ -33,7 +34,7 @@ func (v *ClusterView) ARPTargets(k int) arpcheck.TargetSource {
 		}
 		var out []arpcheck.Target
 		for _, in := range ings {
-			if !in.IP.Is4() || in.AnnouncingNode == v.nodeName {
+			if !in.IP.IsValid() || in.AnnouncingNode == v.nodeName {
 				continue
 			}
 			if assign != nil && !slices.Contains(assign.Probers(shard.IP{Addr: in.IP, Announcer: in.AnnouncingNode}), v.nodeName) {

@@ -85,10 +85,12 @@ func TestSyncAndARPTargets(t *testing.T) {
 		return out
 	}
 
-	// Every IPv4 IP but the one node a announces itself (192.0.2.30).
+	// Every IP of both families (IPv6 ones are probed with NDP) but the one
+	// node a announces itself (192.0.2.30).
 	want := []target{
 		{IP: "192.0.2.10", Service: "other/dns"},
 		{IP: "192.0.2.20", Node: "b", Service: "default/web", MACs: []string{"02:00:00:00:00:0b"}},
+		{IP: "2001:db8::20", Node: "b", Service: "default/web", MACs: []string{"02:00:00:00:00:0b"}},
 	}
 	if diff := cmp.Diff(want, targets(0)); diff != "" {
 		t.Errorf("unsharded targets (-want +got):\n%s", diff)

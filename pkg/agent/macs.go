@@ -15,10 +15,10 @@ import (
 const MACsAnnotation = "ipvs-guard.io/macs"
 
 // HostMACs returns the MAC of every up, non-loopback interface that carries
-// an IPv4 address (those are the ones that answer ARP); interfaces without an
-// address, such as pod veths, are left out so pod churn never rewrites the
+// a global IPv4 or IPv6 address (those are the ones that answer ARP and
+// neighbour solicitations); interfaces without one (link-local only), such as pod veths, are left out so pod churn never rewrites the
 // annotation. kube-ipvs0 is left out too: ARP for its addresses is answered
-// with the receiving interface's MAC.
+// with the receiving interface's MAC (and NDP for them not at all).
 func HostMACs() (map[string]string, error) {
 	ifaces, err := net.Interfaces()
 	if err != nil {
@@ -34,7 +34,7 @@ func HostMACs() (map[string]string, error) {
 			continue
 		}
 		for _, a := range addrs {
-			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && ipn.IP.IsGlobalUnicast() {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.IsGlobalUnicast() {
 				out[ifc.Name] = ifc.HardwareAddr.String()
 				break
 			}

@@ -35,7 +35,7 @@ const (
 
 // Target is one IP to probe and what is known about who should answer.
 type Target struct {
-	// IP is the IPv4 address to probe.
+	// IP is the address to probe: IPv4 (ARP) or IPv6 (NDP).
 	IP netip.Addr
 	// Interface, when set, forces the egress interface; otherwise a route lookup picks it.
 	Interface string
@@ -60,7 +60,9 @@ func StaticTargets(targets ...Target) TargetSource {
 }
 
 // ParseTargets turns IP strings (each may be comma-separated) into targets
-// probed on iface (empty: chosen by route lookup).
+// probed on iface (empty: chosen by route lookup). IPv4 and IPv6 addresses
+// are both accepted (IPv4-mapped IPv6 ones are IPv4); zones are not, since
+// the interface is chosen by route lookup or iface.
 func ParseTargets(ips []string, iface string) ([]Target, error) {
 	var out []Target
 	for _, s := range ips {
@@ -70,8 +72,8 @@ func ParseTargets(ips []string, iface string) ([]Target, error) {
 				continue
 			}
 			ip, err := netip.ParseAddr(f)
-			if err != nil || !ip.Unmap().Is4() {
-				return nil, fmt.Errorf("parsing probe IP %q: not an IPv4 address", f)
+			if err != nil || ip.Zone() != "" {
+				return nil, fmt.Errorf("parsing probe IP %q: not an IPv4 or IPv6 address", f)
 			}
 			out = append(out, Target{IP: ip.Unmap(), Interface: iface})
 		}
@@ -97,9 +99,10 @@ type CheckerOptions struct {
 }
 
 // Checker is the arp check (check.NameARP): it probes the targets, one
-// socket per egress interface, and reports a Finding per target. Its fields
-// are set at construction; Run may be called repeatedly, not concurrently
-// with itself for the same interfaces (each run opens its own sockets).
+// socket per egress interface and family (ARP for IPv4, NDP for IPv6), and
+// reports a Finding per target. Its fields are set at construction; Run may
+// be called repeatedly, not concurrently with itself for the same interfaces
+// (each run opens its own sockets).
 type Checker struct {
 	targets  TargetSource
 	network  Network
@@ -126,7 +129,13 @@ func NewChecker(opts CheckerOptions) (*Checker, error) {
 // Name implements check.Checker.
 func (c *Checker) Name() string { return check.NameARP }
 
-// group is the targets sharing one egress interface.
+// groupKey names a socket: an egress interface and a family.
+type groupKey struct {
+	index  int
+	family Family
+}
+
+// group is the targets sharing one egress interface and family.
 type group struct {
 	route   Route
 	ips     []netip.Addr
@@ -148,27 +157,23 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	}
 	targets = slices.Clone(targets) // the source's slice stays untouched
 
-	groups := map[int]*group{}
+	groups := map[groupKey]*group{}
 	var order []*group
 	var unprobed []string
 	for i, t := range targets {
 		t.IP = t.IP.Unmap()
 		targets[i].IP = t.IP
-		if !t.IP.Is4() {
-			// IPv6 addresses are resolved by neighbour discovery, not ARP.
-			unprobed = append(unprobed, fmt.Sprintf("%s (not IPv4: ARP does not apply)", t.IP))
-			continue
-		}
 		rt, err := c.network.Route(ctx, t.IP, t.Interface)
 		if err != nil {
 			logger.V(2).Info("Not probing", "vip", t.IP, "err", err)
 			unprobed = append(unprobed, fmt.Sprintf("%s (%v)", t.IP, err))
 			continue
 		}
-		g, ok := groups[rt.Index]
+		key := groupKey{index: rt.Index, family: FamilyOf(t.IP)}
+		g, ok := groups[key]
 		if !ok {
 			g = &group{route: rt}
-			groups[rt.Index] = g
+			groups[key] = g
 			order = append(order, g)
 		}
 		g.ips = append(g.ips, t.IP)
@@ -207,17 +212,17 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	}
 	n := len(res.Findings)
 	if len(problems) == 0 {
-		res.Message = fmt.Sprintf("%d IP(s) answered ARP by exactly one MAC", n)
+		res.Message = fmt.Sprintf("%d IP(s) answered by exactly one MAC (%s)", n, probedCounts(findings, probed))
 	} else {
 		res.Status = check.StatusProblem
 		res.Reason = reasonFor(worst)
-		res.Message = fmt.Sprintf("%d of %d IP(s) fail ARP: %s", len(problems), n, strings.Join(problems, "; "))
+		res.Message = fmt.Sprintf("%d of %d IP(s) (%s) fail: %s", len(problems), n, probedCounts(findings, probed), strings.Join(problems, "; "))
 		res.Remediation = remediation(findings, probed)
 	}
 	if len(unprobed) > 0 {
 		res.Message += fmt.Sprintf("; not probed: %s", strings.Join(unprobed, "; "))
 	}
-	logger.V(2).Info("ARP check done", "ips", n, "problems", len(problems), "unprobed", len(unprobed))
+	logger.V(2).Info("ARP/NDP check done", "ips", n, "problems", len(problems), "unprobed", len(unprobed))
 	return res, nil
 }
 
@@ -270,6 +275,7 @@ func (c *Checker) probeAll(ctx context.Context, groups []*group) error {
 func (c *Checker) finding(t Target, iface string, o Observation) Finding {
 	f := Finding{
 		IP:           t.IP.String(),
+		Family:       FamilyOf(t.IP),
 		Interface:    iface,
 		Result:       classify(o.MACs, t.ExpectedMACs),
 		MACs:         make([]string, 0, len(o.MACs)),
@@ -330,23 +336,48 @@ func reasonFor(r Result) string {
 	}
 }
 
+// probedCounts says how many IPs of each family were probed and how, e.g.
+// "2 IPv4 by ARP, 1 IPv6 by NDP": a message never lets one family stand for
+// both.
+func probedCounts(findings []Finding, probed []bool) string {
+	n := map[Family]int{}
+	for i, f := range findings {
+		if probed[i] {
+			n[f.Family]++
+		}
+	}
+	var parts []string
+	if n[FamilyIPv4] > 0 {
+		parts = append(parts, fmt.Sprintf("%d IPv4 by ARP", n[FamilyIPv4]))
+	}
+	if n[FamilyIPv6] > 0 {
+		parts = append(parts, fmt.Sprintf("%d IPv6 by NDP", n[FamilyIPv6]))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // remediation returns one hint per kind of failure seen.
 func remediation(findings []Finding, probed []bool) []string {
 	seen := map[Result]bool{}
+	conflicts := map[Family]bool{}
 	for i, f := range findings {
 		if probed[i] {
 			seen[f.Result] = true
+			conflicts[f.Family] = conflicts[f.Family] || f.Result == ResultConflict
 		}
 	}
 	var out []string
-	if seen[ResultConflict] {
+	if conflicts[FamilyIPv6] {
+		out = append(out, "Several MACs answer neighbour solicitations for one IPv6 address: Linux answers only for addresses on the receiving interface (an IPv6 address on kube-ipvs0 is never answered, strictARP or not), so look for a host with the address configured on its LAN interface, a proxy_ndp entry (ip -6 neigh show proxy) or a second announcer (the MACs are listed above).")
+	}
+	if conflicts[FamilyIPv4] {
 		out = append(out, "Several MACs answer ARP for one IP: enable strictARP in kube-proxy (ipvs.strictARP: true, i.e. net.ipv4.conf.all.arp_ignore=1 and arp_announce=2) so nodes stop answering for addresses on kube-ipvs0, and look for another host statically configured with the address (the MACs are listed above).")
 	}
 	if seen[ResultWrongResponder] {
 		out = append(out, "A MAC other than the announcing node's answers: check which node MetalLB elected (kubectl get servicel2statuses -A) and whether another host holds the address.")
 	}
 	if seen[ResultNoReply] {
-		out = append(out, "Nobody answers ARP: check that a MetalLB speaker announces the IP (an L2Advertisement covering its IPAddressPool, a speaker pod running with NET_RAW on a node its node selector allows: kubectl -n metallb-system logs ds/speaker) and that the prober is on the IP's layer-2 segment.")
+		out = append(out, "Nobody answers ARP (or, for IPv6, neighbour solicitations): check that a MetalLB speaker announces the IP (an L2Advertisement covering its IPAddressPool, a speaker pod running with NET_RAW on a node its node selector allows: kubectl -n metallb-system logs ds/speaker) and that the prober is on the IP's layer-2 segment.")
 	}
 	return out
 }

@@ -26,22 +26,22 @@ func TestFindingJSON(t *testing.T) {
 	}{
 		{
 			name: "no reply keeps an empty macs array",
-			f:    Finding{IP: "10.0.0.9", Interface: "eth0", Result: ResultNoReply, MACs: []string{}},
-			want: `{"ip":"10.0.0.9","interface":"eth0","result":"no-reply","macs":[],"rtt_seconds":0}`,
+			f:    Finding{IP: "10.0.0.9", Family: FamilyIPv4, Interface: "eth0", Result: ResultNoReply, MACs: []string{}},
+			want: `{"ip":"10.0.0.9","family":"ipv4","interface":"eth0","result":"no-reply","macs":[],"rtt_seconds":0}`,
 		},
 		{
 			name: "answered",
-			f:    Finding{IP: "10.0.0.9", Interface: "eth0", Result: ResultAnswered, MACs: []string{"52:54:00:00:00:0a"}, RTTSeconds: 0.00025},
-			want: `{"ip":"10.0.0.9","interface":"eth0","result":"answered","macs":["52:54:00:00:00:0a"],"rtt_seconds":0.00025}`,
+			f:    Finding{IP: "fd00::9", Family: FamilyIPv6, Interface: "eth0", Result: ResultAnswered, MACs: []string{"52:54:00:00:00:0a"}, RTTSeconds: 0.00025},
+			want: `{"ip":"fd00::9","family":"ipv6","interface":"eth0","result":"answered","macs":["52:54:00:00:00:0a"],"rtt_seconds":0.00025}`,
 		},
 		{
 			name: "wrong responder with context",
 			f: Finding{
-				IP: "10.0.0.9", Interface: "eth0", Result: ResultWrongResponder, MACs: []string{"52:54:00:00:00:0b"},
+				IP: "10.0.0.9", Family: FamilyIPv4, Interface: "eth0", Result: ResultWrongResponder, MACs: []string{"52:54:00:00:00:0b"},
 				RTTSeconds: 0.001, ExpectedMACs: []string{"52:54:00:00:00:0a"}, ExpectedNode: "node-a",
 				ResponderNodes: []string{"node-b"}, Service: "default/web",
 			},
-			want: `{"ip":"10.0.0.9","interface":"eth0","result":"wrong-responder","macs":["52:54:00:00:00:0b"],"rtt_seconds":0.001,` +
+			want: `{"ip":"10.0.0.9","family":"ipv4","interface":"eth0","result":"wrong-responder","macs":["52:54:00:00:00:0b"],"rtt_seconds":0.001,` +
 				`"expected_macs":["52:54:00:00:00:0a"],"expected_node":"node-a","responder_nodes":["node-b"],"service":"default/web"}`,
 		},
 	}
@@ -92,19 +92,19 @@ func TestFindingString(t *testing.T) {
 }
 
 func TestParseTargets(t *testing.T) {
-	got, err := ParseTargets([]string{"10.0.0.9, 10.0.0.10", "10.0.0.11", ""}, "eth1")
+	got, err := ParseTargets([]string{"10.0.0.9, fd00::a", "::ffff:10.0.0.11", ""}, "eth1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []Target{
 		{IP: ip("10.0.0.9"), Interface: "eth1"},
-		{IP: ip("10.0.0.10"), Interface: "eth1"},
+		{IP: ip("fd00::a"), Interface: "eth1"},
 		{IP: ip("10.0.0.11"), Interface: "eth1"},
 	}
 	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 		t.Errorf("targets (-want +got):\n%s", diff)
 	}
-	for _, bad := range []string{"10.0.0", "fd00::1", "host.example"} {
+	for _, bad := range []string{"10.0.0", "fd00::1%eth0", "fd00:::1", "host.example"} {
 		if _, err := ParseTargets([]string{bad}, ""); err == nil {
 			t.Errorf("ParseTargets(%q) succeeded", bad)
 		}
@@ -120,7 +120,9 @@ func TestChecker(t *testing.T) {
 	hosts := []*responder{
 		{mac: macA, ips: []netip.Addr{ip("10.0.0.10"), ip("10.0.0.12"), ip("10.0.0.13")}},
 		{mac: macB, ips: []netip.Addr{ip("10.0.0.12")}},
-		{mac: macC, ips: []netip.Addr{ip("10.0.0.14")}},
+		{mac: macC, ips: []netip.Addr{ip("10.0.0.14"), ip("fd00::14")}},
+		{mac: macA, ips: []netip.Addr{ip("fd00::10"), ip("fd00::12")}},
+		{mac: macB, ips: []netip.Addr{ip("fd00::12")}},
 	}
 	routes := map[string]Route{
 		"eth0": {Interface: "eth0", Index: 2, MAC: proberMAC, Src: proberIP},
@@ -186,11 +188,27 @@ func TestChecker(t *testing.T) {
 				results: map[string]string{"10.0.0.10@eth0": "wrong-responder"}},
 		},
 		{
-			name:    "IPv6 target is reported, not probed",
+			name:    "dual-stack: both families probed and counted",
 			targets: []Target{{IP: ip("10.0.0.10")}, {IP: ip("fd00::10")}, {IP: ip("::ffff:10.0.0.13")}},
-			want: want{status: check.StatusOK, reason: ReasonAnswered, findings: 2,
-				results: map[string]string{"10.0.0.10@eth0": "answered", "10.0.0.13@eth0": "answered"},
-				message: []string{"not probed: fd00::10 (not IPv4"}},
+			want: want{status: check.StatusOK, reason: ReasonAnswered, findings: 3,
+				results: map[string]string{"10.0.0.10@eth0/ipv4": "answered", "fd00::10@eth0/ipv6": "answered", "10.0.0.13@eth0/ipv4": "answered"},
+				message: []string{"3 IP(s) answered by exactly one MAC (2 IPv4 by ARP, 1 IPv6 by NDP)"}},
+		},
+		{
+			name: "IPv6 verdicts as ARP's",
+			targets: []Target{
+				{IP: ip("fd00::10"), ExpectedMACs: []net.HardwareAddr{macA}},
+				{IP: ip("fd00::11")},
+				{IP: ip("fd00::12")},
+				{IP: ip("fd00::14"), ExpectedMACs: []net.HardwareAddr{macA}},
+				{IP: ip("10.0.0.10"), Interface: "eth1"},
+			},
+			want: want{status: check.StatusProblem, reason: ReasonConflict, findings: 5,
+				results: map[string]string{
+					"fd00::10@eth0/ipv6": "answered", "fd00::11@eth0/ipv6": "no-reply", "fd00::12@eth0/ipv6": "conflict",
+					"fd00::14@eth0/ipv6": "wrong-responder", "10.0.0.10@eth1/ipv4": "answered",
+				},
+				message: []string{"3 of 5 IP(s) (1 IPv4 by ARP, 4 IPv6 by NDP) fail", "fd00::12 on eth0: conflict, 2 MACs answer: 52:54:00:00:00:0a (node-a), 52:54:00:00:00:0b (node-b)"}},
 		},
 		{
 			name:    "unroutable target is reported, not probed",
@@ -198,7 +216,7 @@ func TestChecker(t *testing.T) {
 			noRoute: map[netip.Addr]error{ip("192.0.2.1"): ErrNotOnLink},
 			want: want{status: check.StatusOK, reason: ReasonAnswered, findings: 1,
 				results: map[string]string{"10.0.0.10@eth0": "answered"},
-				message: []string{"not probed: 192.0.2.1"}},
+				message: []string{"(1 IPv4 by ARP); not probed: 192.0.2.1"}},
 		},
 	}
 	for _, tt := range tests {
@@ -224,7 +242,14 @@ func TestChecker(t *testing.T) {
 			got := want{status: res.Status, reason: res.Reason, findings: len(res.Findings), results: map[string]string{}, message: tt.want.message}
 			for _, f := range res.Findings {
 				af := f.(Finding)
-				got.results[af.IP+"@"+af.Interface] = af.Result.String()
+				key := af.IP + "@" + af.Interface
+				if strings.Contains(tt.name, "IPv6") || strings.Contains(tt.name, "dual-stack") {
+					key += "/" + string(af.Family)
+				}
+				if af.Family != FamilyOf(ip(af.IP)) {
+					t.Errorf("%s has family %q", af.IP, af.Family)
+				}
+				got.results[key] = af.Result.String()
 			}
 			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(want{})); diff != "" {
 				t.Errorf("result (-want +got):\n%s\nmessage: %s", diff, res.Message)

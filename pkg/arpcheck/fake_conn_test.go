@@ -5,6 +5,7 @@ package arpcheck
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -149,11 +150,15 @@ func (c *fakeConn) writes() int {
 
 var errNotRequest = errors.New("not an ARP request")
 
-// parseRequest decodes a request the prober wrote (test side).
+// parseRequest decodes a request the prober wrote (test side): an ARP
+// request or a neighbour solicitation.
 func parseRequest(frame []byte) (srcMAC net.HardwareAddr, src, target netip.Addr, err error) {
 	var eth layers.Ethernet
 	if err := eth.DecodeFromBytes(frame, gopacket.NilDecodeFeedback); err != nil {
 		return nil, src, target, err
+	}
+	if eth.EthernetType == layers.EthernetTypeIPv6 {
+		return parseSolicitation(frame)
 	}
 	var arp layers.ARP
 	if err := arp.DecodeFromBytes(eth.Payload, gopacket.NilDecodeFeedback); err != nil {
@@ -167,10 +172,49 @@ func parseRequest(frame []byte) (srcMAC net.HardwareAddr, src, target netip.Addr
 	return net.HardwareAddr(arp.SourceHwAddress), src, target, nil
 }
 
+// parseSolicitation decodes a neighbour solicitation (test side) as the
+// kernel does: hop limit 255, valid checksum, the source link-layer option.
+func parseSolicitation(frame []byte) (srcMAC net.HardwareAddr, src, target netip.Addr, err error) {
+	pkt := gopacket.NewPacket(frame, layers.LayerTypeEthernet, gopacket.Default)
+	ip6, _ := pkt.Layer(layers.LayerTypeIPv6).(*layers.IPv6)
+	icmp, _ := pkt.Layer(layers.LayerTypeICMPv6).(*layers.ICMPv6)
+	ns, _ := pkt.Layer(layers.LayerTypeICMPv6NeighborSolicitation).(*layers.ICMPv6NeighborSolicitation)
+	if ip6 == nil || icmp == nil || ns == nil || ip6.HopLimit != 255 {
+		return nil, src, target, errNotRequest
+	}
+	if err := icmp.SetNetworkLayerForChecksum(ip6); err != nil {
+		return nil, src, target, err
+	}
+	if err, sum := icmp.VerifyChecksum(); err != nil || !sum.Valid {
+		return nil, src, target, errors.New("bad ICMPv6 checksum")
+	}
+	src, _ = netip.AddrFromSlice(ip6.SrcIP)
+	target, _ = netip.AddrFromSlice(ns.TargetAddress)
+	srcMAC = net.HardwareAddr{}
+	for _, o := range ns.Options {
+		if o.Type == layers.ICMPv6OptSourceAddress {
+			srcMAC = net.HardwareAddr(o.Data)
+		}
+	}
+	return srcMAC, src, target, nil
+}
+
 // buildReply builds the frame a host with mac sends to answer a request
-// from reqMAC/reqIP for ip.
+// from reqMAC/reqIP for ip: an ARP reply, or for IPv6 a neighbour
+// advertisement (to all nodes when the solicitation came from ::).
 func buildReply(t testing.TB, mac net.HardwareAddr, ip netip.Addr, reqMAC net.HardwareAddr, reqIP netip.Addr) []byte {
 	t.Helper()
+	if ip.Is6() {
+		dstMAC, dst, solicited := reqMAC, reqIP, true
+		if reqIP.IsUnspecified() {
+			dstMAC, dst, solicited = net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}, allNodes, false
+		}
+		b, err := buildAdvertisement(mac, ip, dstMAC, dst, solicited)
+		if err != nil {
+			t.Fatalf("building advertisement: %v", err)
+		}
+		return b
+	}
 	ip4, req4 := ip.As4(), reqIP.As4()
 	buf := gopacket.NewSerializeBuffer()
 	err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true},
@@ -265,6 +309,9 @@ func (n *fakeNetwork) Route(_ context.Context, ip netip.Addr, iface string) (Rou
 	if !ok {
 		return Route{}, errors.New("no such interface")
 	}
+	if ip.Is6() {
+		r.Src = linkLocal(r.MAC)
+	}
 	return r, nil
 }
 
@@ -275,4 +322,36 @@ func (n *fakeNetwork) Listen(_ context.Context, r Route) (Socket, net.Addr, erro
 	n.conns = append(n.conns, c)
 	n.mu.Unlock()
 	return c, nil, nil
+}
+
+// linkLocal returns the EUI-64 link-local address of mac, as the kernel
+// gives an Ethernet interface.
+func linkLocal(mac net.HardwareAddr) netip.Addr {
+	return netip.AddrFrom16([16]byte{0: 0xfe, 1: 0x80, 8: mac[0] ^ 2, 9: mac[1], 10: mac[2], 11: 0xff, 12: 0xfe, 13: mac[3], 14: mac[4], 15: mac[5]})
+}
+
+// buildAdvertisement returns a neighbour advertisement from mac for target,
+// sent to dstMAC/dstIP, with the solicited and override flags set and the
+// target link-layer address option (as Linux answers a solicitation).
+func buildAdvertisement(mac net.HardwareAddr, target netip.Addr, dstMAC net.HardwareAddr, dstIP netip.Addr, solicited bool) ([]byte, error) {
+	eth := &layers.Ethernet{SrcMAC: mac, DstMAC: dstMAC, EthernetType: layers.EthernetTypeIPv6}
+	ip6 := &layers.IPv6{Version: 6, NextHeader: layers.IPProtocolICMPv6, HopLimit: ndpHopLimit, SrcIP: target.AsSlice(), DstIP: dstIP.AsSlice()}
+	icmp := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(layers.ICMPv6TypeNeighborAdvertisement, 0)}
+	if err := icmp.SetNetworkLayerForChecksum(ip6); err != nil {
+		return nil, err
+	}
+	flags := uint8(0x20) // override
+	if solicited {
+		flags |= 0x40
+	}
+	na := &layers.ICMPv6NeighborAdvertisement{
+		Flags:         flags,
+		TargetAddress: target.AsSlice(),
+		Options:       layers.ICMPv6Options{{Type: layers.ICMPv6OptTargetAddress, Data: mac}},
+	}
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip6, icmp, na); err != nil {
+		return nil, fmt.Errorf("serialising neighbour advertisement for %s: %w", target, err)
+	}
+	return buf.Bytes(), nil
 }

@@ -4,6 +4,7 @@ package arpcheck
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
@@ -11,10 +12,12 @@ import (
 
 // Finding is the arp check's observation for one IP. Its JSON shape is part
 // of the CLI contract (DESIGN §8): ip, interface, result, macs, rtt_seconds,
-// plus optional context fields that are left out when empty.
+// family, plus optional context fields that are left out when empty.
 type Finding struct {
 	// IP is the probed address.
 	IP string `json:"ip"`
+	// Family is the address's family: ipv4 (probed with ARP) or ipv6 (NDP).
+	Family Family `json:"family"`
 	// Interface is where it was probed.
 	Interface string `json:"interface"`
 	// Result is the verdict.
@@ -64,8 +67,13 @@ func (f Finding) State() check.State {
 	if f.IP == "" || f.Result == ResultUnknown {
 		return check.State{}
 	}
+	family := f.Family
+	if ip, err := netip.ParseAddr(f.IP); family == "" && err == nil {
+		family = FamilyOf(ip)
+	}
 	return check.State{ARP: &check.ARPState{
 		IP:         f.IP,
+		Family:     string(family),
 		Interface:  f.Interface,
 		Result:     f.Result.String(),
 		Responders: len(f.MACs),

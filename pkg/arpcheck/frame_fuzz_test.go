@@ -5,6 +5,7 @@ package arpcheck
 import (
 	"bytes"
 	"encoding/hex"
+	"net"
 	"net/netip"
 	"sync"
 	"testing"
@@ -70,4 +71,49 @@ func TestCapturedRepliesConflict(t *testing.T) {
 	if got := classify(st.macs, nil); got != ResultConflict || len(st.macs) != 2 {
 		t.Errorf("captured replies gave %s with %v", got, st.macs)
 	}
+}
+
+// FuzzParseAdvertisement feeds arbitrary frames to the advertisement parser
+// and to an IPv6 prober's frame handler: neither may panic, and whatever the
+// parser accepts must be a well-formed advertisement (6-byte MACs, a unicast
+// IPv6 target) that survives a rebuild.
+func FuzzParseAdvertisement(f *testing.F) {
+	na, err := hex.DecodeString(capturedAdvertisement)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(na)
+	f.Add(na[:60])
+	f.Add(append(append([]byte(nil), na...), make([]byte, 8)...))
+	ns, err := BuildSolicitation(proberMAC, netip.MustParseAddr("fe80::1"), netip.MustParseAddr("fd00:77::11"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(ns)
+	f.Add([]byte{})
+	me := net.HardwareAddr{0x0e, 0xa0, 0x8d, 0x9b, 0xb2, 0xa1}
+	ll := netip.MustParseAddr("fe80::ca0:8dff:fe9b:b2a1")
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		adv, err := ParseAdvertisement(frame)
+		if err == nil {
+			if len(adv.SenderMAC) != 6 || len(adv.TargetMAC) != 6 || !adv.SenderIP.Is6() || adv.SenderIP.IsMulticast() || !adv.TargetIP.Is6() {
+				t.Fatalf("accepted a malformed advertisement: %+v", adv)
+			}
+			b, err := buildAdvertisement(adv.SenderMAC, adv.SenderIP, adv.TargetMAC, adv.TargetIP, adv.Solicited)
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := ParseAdvertisement(b)
+			if err != nil || !bytes.Equal(again.SenderMAC, adv.SenderMAC) || again.SenderIP != adv.SenderIP || again.TargetIP != adv.TargetIP || again.Solicited != adv.Solicited {
+				t.Fatalf("rebuilt advertisement differs: %+v vs %+v (%v)", again, adv, err)
+			}
+		}
+		var mu sync.Mutex
+		st := &probeState{ip: netip.MustParseAddr("fd00:77::11"), sends: []time.Time{time.Now()}}
+		r := &reader{mac: me, src: ll, states: map[netip.Addr]*probeState{st.ip: st}, mu: &mu}
+		r.handle(frame, time.Now(), time.Time{})
+		if len(st.macs) > 1 || len(st.macs) != len(st.arrived) {
+			t.Fatalf("one frame recorded %d responders", len(st.macs))
+		}
+	})
 }

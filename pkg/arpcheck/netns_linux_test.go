@@ -39,9 +39,9 @@ type topo struct {
 func requireNetNS(t testing.TB) {
 	t.Helper()
 	testenv.RequireRoot(t)
-	for _, tool := range []string{"ip", "arping"} {
+	for _, tool := range []string{"ip", "arping", "ndisc6"} {
 		_, err := exec.LookPath(tool)
-		testenv.Require(t, err == nil, tool+" not installed (hack/test-netns.sh installs iproute2 and iputils-arping)")
+		testenv.Require(t, err == nil, tool+" not installed (hack/test-netns.sh installs iproute2, iputils-arping and ndisc6)")
 	}
 }
 
@@ -65,6 +65,10 @@ func (tp *topo) ns(name string) string {
 		}
 	})
 	tp.in(full, "ip", "link", "set", "lo", "up")
+	// Addresses are usable at once: no duplicate address detection delays
+	// (links made later inherit "default").
+	tp.sysctl(full, "net.ipv6.conf.all.accept_dad", "0")
+	tp.sysctl(full, "net.ipv6.conf.default.accept_dad", "0")
 	return full
 }
 
@@ -101,12 +105,12 @@ func (tp *topo) bridge(brNS, name string) {
 }
 
 // plug connects namespace ns to bridge br (in brNS) with a veth whose end in
-// ns is called iface and carries cidr; it returns that end's MAC.
-func (tp *topo) plug(brNS, br, port, ns, iface, cidr string) string {
+// ns is called iface and carries cidrs; it returns that end's MAC.
+func (tp *topo) plug(brNS, br, port, ns, iface string, cidrs ...string) string {
 	tp.t.Helper()
 	tp.run("ip", "-n", brNS, "link", "add", port, "type", "veth", "peer", "name", iface, "netns", ns)
 	tp.run("ip", "-n", brNS, "link", "set", port, "master", br, "up")
-	if cidr != "" {
+	for _, cidr := range cidrs {
 		tp.run("ip", "-n", ns, "addr", "add", cidr, "dev", iface)
 	}
 	tp.run("ip", "-n", ns, "link", "set", iface, "up")
@@ -402,8 +406,8 @@ func TestNetNSDiagnoseCLI(t *testing.T) {
 	tp.bridge(br, "br0")
 	prober := tp.ns("prober")
 	n1, n2 := tp.ns("node1"), tp.ns("node2")
-	tp.plug(br, "br0", "p0", prober, "eth0", "10.77.0.1/24")
-	mac1 := tp.plug(br, "br0", "n1", n1, "eth0", "10.77.0.11/24")
+	tp.plug(br, "br0", "p0", prober, "eth0", "10.77.0.1/24", "fd00:77::1/64")
+	mac1 := tp.plug(br, "br0", "n1", n1, "eth0", "10.77.0.11/24", "fd00:77::11/64")
 	tp.plug(br, "br0", "n2", n2, "eth0", "10.77.0.12/24")
 
 	run := func(args ...string) (int, map[string]any) {
@@ -456,10 +460,10 @@ func TestNetNSDiagnoseCLI(t *testing.T) {
 	}
 	f := c["findings"].([]any)[0].(map[string]any)
 	keys := slices.Sorted(maps.Keys(f))
-	if want := []string{"interface", "ip", "macs", "result", "rtt_seconds"}; !slices.Equal(keys, want) {
+	if want := []string{"family", "interface", "ip", "macs", "result", "rtt_seconds"}; !slices.Equal(keys, want) {
 		t.Errorf("finding keys %v, want %v", keys, want)
 	}
-	if f["ip"] != "10.77.0.11" || f["interface"] != "eth0" || f["result"] != "answered" ||
+	if f["ip"] != "10.77.0.11" || f["family"] != "ipv4" || f["interface"] != "eth0" || f["result"] != "answered" ||
 		!slices.Equal(f["macs"].([]any), []any{mac1}) || f["rtt_seconds"].(float64) <= 0 {
 		t.Errorf("finding %v", f)
 	}
@@ -468,6 +472,21 @@ func TestNetNSDiagnoseCLI(t *testing.T) {
 	c = arpCheck(report)
 	if code != 1 || c["status"] != "problem" || c["reason"] != ReasonNoReply || !strings.Contains(c["message"].(string), "10.77.0.99 on eth0") {
 		t.Errorf("silent IP: exit %d, check %v", code, c)
+	}
+
+	// --probe-ip takes IPv6 addresses: probed with NDP, a finding per family.
+	code, report = run("--probe-ip", "fd00:77::11,10.77.0.11,fd00:77::99")
+	c = arpCheck(report)
+	results := map[string]string{}
+	for _, f := range c["findings"].([]any) {
+		f := f.(map[string]any)
+		results[fmt.Sprint(f["ip"], " ", f["family"])] = fmt.Sprint(f["result"], " ", f["macs"])
+	}
+	want := map[string]string{
+		"fd00:77::11 ipv6": "answered [" + mac1 + "]", "10.77.0.11 ipv4": "answered [" + mac1 + "]", "fd00:77::99 ipv6": "no-reply []",
+	}
+	if code != 1 || !maps.Equal(results, want) || !strings.Contains(c["message"].(string), "1 of 3 IP(s) (1 IPv4 by ARP, 2 IPv6 by NDP) fail") {
+		t.Errorf("dual-stack probe: exit %d, findings %v, want %v; message %q", code, results, want, c["message"])
 	}
 
 	_, report = run()

@@ -9,16 +9,16 @@ import (
 	"net/netip"
 )
 
-// ErrNotSupported is returned where ARP probing is not implemented (every
-// platform but Linux).
-var ErrNotSupported = errors.New("ARP probing is only supported on Linux")
+// ErrNotSupported is returned where ARP and NDP probing are not implemented
+// (every platform but Linux).
+var ErrNotSupported = errors.New("ARP and NDP probing are only supported on Linux")
 
 // ErrNotOnLink is returned by a route lookup when the address is reached
-// through a gateway: it is not on a directly connected segment, so ARP cannot
-// tell who holds it.
+// through a gateway: it is not on a directly connected segment, so ARP or NDP
+// cannot tell who holds it.
 var ErrNotOnLink = errors.New("address is not on a directly connected network")
 
-// Route is where ARP requests for an address go out: the egress interface
+// Route is where ARP requests or neighbour solicitations for an address go out: the egress interface
 // and the source address a route lookup chose.
 type Route struct {
 	// Interface is the egress interface's name.
@@ -27,7 +27,9 @@ type Route struct {
 	Index int
 	// MAC is its hardware address (the requests' sender).
 	MAC net.HardwareAddr
-	// Src is the requests' sender IP; 0.0.0.0 when the interface has no IPv4 address.
+	// Src is the requests' sender IP, in the probed address's family: for
+	// IPv4 0.0.0.0 when the interface has none (an ARP probe); for IPv6
+	// preferably the link-local address.
 	Src netip.Addr
 }
 
@@ -45,8 +47,9 @@ type Network interface {
 	// forces the egress interface. It returns ErrNotOnLink when ip is only
 	// reachable through a gateway and no interface was forced.
 	Route(ctx context.Context, ip netip.Addr, iface string) (Route, error)
-	// Listen opens an ARP socket on r's interface and returns it with the
-	// link-layer broadcast address to write requests to.
+	// Listen opens a socket on r's interface for r's family (ARP for an IPv4
+	// source, NDP for an IPv6 one) and returns it with the link-layer
+	// address to write requests to.
 	Listen(ctx context.Context, r Route) (Socket, net.Addr, error)
 }
 

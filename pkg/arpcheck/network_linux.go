@@ -94,10 +94,16 @@ func (h HostNetwork) Route(_ context.Context, ip netip.Addr, iface string) (Rout
 		return Route{}, fmt.Errorf("route to %s leaves through %s, which is not an Ethernet interface", ip, attrs.Name)
 	}
 	src, ok := netip.AddrFromSlice(rt.Src)
-	if !ok || !src.Unmap().Is4() || (forced != nil && !linkHas(nh, link, src.Unmap())) {
+	src = src.Unmap()
+	if ip.Is6() || !ok || !src.Is4() || (forced != nil && !linkHas(nh, link, src)) {
 		src = pickSource(nh, link, ip)
 	}
-	return Route{Interface: attrs.Name, Index: attrs.Index, MAC: attrs.HardwareAddr, Src: src.Unmap()}, nil
+	if src.Is6() && src.IsUnspecified() {
+		// A solicitation from :: carries no source link-layer address, and
+		// MetalLB's speaker ignores those: every IP would read no-reply.
+		return Route{}, fmt.Errorf("%s has no usable IPv6 address to send neighbour solicitations from (IPv6 off, or its link-local address still tentative)", attrs.Name)
+	}
+	return Route{Interface: attrs.Name, Index: attrs.Index, MAC: attrs.HardwareAddr, Src: src}, nil
 }
 
 // mainTableMatch finds the longest-prefix route to ip in the main table
@@ -109,7 +115,7 @@ func mainTableMatch(nh *netlink.Handle, ip netip.Addr, link netlink.Link) (*netl
 		filter.LinkIndex = link.Attrs().Index
 		mask |= netlink.RT_FILTER_OIF
 	}
-	routes, err := nh.RouteListFiltered(netlink.FAMILY_V4, filter, mask)
+	routes, err := nh.RouteListFiltered(familyOf(ip), filter, mask)
 	if err != nil {
 		return nil, fmt.Errorf("listing routes for %s: %w", ip, err)
 	}
@@ -144,32 +150,57 @@ func prefixOf(n *net.IPNet) (netip.Prefix, bool) {
 	return netip.PrefixFrom(a.Unmap(), ones).Masked(), true
 }
 
-// pickSource returns the link's IPv4 address on ip's subnet, else its first
-// IPv4 address, else 0.0.0.0 (an ARP probe, which owners answer too).
-func pickSource(nh *netlink.Handle, link netlink.Link, ip netip.Addr) netip.Addr {
-	addrs, err := nh.AddrList(link, netlink.FAMILY_V4)
-	if err != nil {
-		return netip.IPv4Unspecified()
+// familyOf returns ip's netlink address family.
+func familyOf(ip netip.Addr) int {
+	if ip.Is4() {
+		return netlink.FAMILY_V4
 	}
-	var first netip.Addr
+	return netlink.FAMILY_V6
+}
+
+// pickSource returns the source of requests for ip on link, in ip's family.
+// For IPv4: the link's address on ip's subnet, else its first address, else
+// 0.0.0.0 (an ARP probe, which owners answer too). For IPv6: the link's
+// link-local address first (the kernel's own choice for a solicitation to a
+// link-scope multicast group, RFC 6724 rule 2), then the address on ip's
+// subnet, the first one, else :: (which Route refuses). Tentative and
+// duplicate addresses are never used.
+func pickSource(nh *netlink.Handle, link netlink.Link, ip netip.Addr) netip.Addr {
+	none := netip.IPv4Unspecified()
+	if ip.Is6() {
+		none = netip.IPv6Unspecified()
+	}
+	addrs, err := nh.AddrList(link, familyOf(ip))
+	if err != nil {
+		return none
+	}
+	var first, onSubnet, linkLocal netip.Addr
 	for _, a := range addrs {
 		pfx, ok := prefixOf(a.IPNet)
-		if !ok {
+		if !ok || a.Flags&(unix.IFA_F_TENTATIVE|unix.IFA_F_DADFAILED) != 0 {
 			continue
 		}
 		addr, _ := netip.AddrFromSlice(a.IP)
 		addr = addr.Unmap()
-		if pfx.Contains(ip) {
-			return addr
+		switch {
+		case addr.Is6() && addr.IsLinkLocalUnicast():
+			if !linkLocal.IsValid() {
+				linkLocal = addr
+			}
+			continue
+		case pfx.Contains(ip) && !onSubnet.IsValid():
+			onSubnet = addr
 		}
 		if !first.IsValid() {
 			first = addr
 		}
 	}
-	if first.IsValid() {
-		return first
+	for _, a := range []netip.Addr{linkLocal, onSubnet, first} {
+		if a.IsValid() {
+			return a
+		}
 	}
-	return netip.IPv4Unspecified()
+	return none
 }
 
 func linkHas(nh *netlink.Handle, link netlink.Link, ip netip.Addr) bool {
@@ -185,44 +216,75 @@ func linkHas(nh *netlink.Handle, link netlink.Link, ip netip.Addr) bool {
 	return false
 }
 
-// socketConfig attaches a kernel filter that passes only ARP replies, so the
-// reader is not woken by every ARP request on a busy segment.
-func socketConfig() (*packet.Config, error) {
-	const arpOpOffset = 14 + 6 // Ethernet header, then hardware/protocol type and sizes
-	prog, err := bpf.Assemble([]bpf.Instruction{
-		bpf.LoadAbsolute{Off: 12, Size: 2},
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.ETH_P_ARP, SkipTrue: 3},
-		bpf.LoadAbsolute{Off: arpOpOffset, Size: 2},
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: 2, SkipTrue: 1}, // ARPOP_REPLY
-		bpf.RetConstant{Val: 1600},
-		bpf.RetConstant{Val: 0},
-	})
+// socketConfig attaches a kernel filter that passes only ARP replies (IPv4)
+// or neighbour advertisements (IPv6), so the reader is not woken by every
+// request or every IPv6 packet on a busy segment.
+func socketConfig(v6 bool) (*packet.Config, error) {
+	var prog []bpf.RawInstruction
+	var err error
+	if v6 {
+		const (
+			nextHeaderOffset = 14 + 6  // Ethernet header, then IPv6 version…payload length
+			icmpTypeOffset   = 14 + 40 // Ethernet and IPv6 headers (an advertisement has no extension header)
+		)
+		prog, err = bpf.Assemble([]bpf.Instruction{
+			bpf.LoadAbsolute{Off: 12, Size: 2},
+			bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.ETH_P_IPV6, SkipTrue: 5},
+			bpf.LoadAbsolute{Off: nextHeaderOffset, Size: 1},
+			bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.IPPROTO_ICMPV6, SkipTrue: 3},
+			bpf.LoadAbsolute{Off: icmpTypeOffset, Size: 1},
+			bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: 136, SkipTrue: 1}, // neighbour advertisement
+			bpf.RetConstant{Val: 1600},
+			bpf.RetConstant{Val: 0},
+		})
+	} else {
+		const arpOpOffset = 14 + 6 // Ethernet header, then hardware/protocol type and sizes
+		prog, err = bpf.Assemble([]bpf.Instruction{
+			bpf.LoadAbsolute{Off: 12, Size: 2},
+			bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.ETH_P_ARP, SkipTrue: 3},
+			bpf.LoadAbsolute{Off: arpOpOffset, Size: 2},
+			bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: 2, SkipTrue: 1}, // ARPOP_REPLY
+			bpf.RetConstant{Val: 1600},
+			bpf.RetConstant{Val: 0},
+		})
+	}
 	if err != nil {
-		return nil, fmt.Errorf("assembling the ARP reply filter: %w", err)
+		return nil, fmt.Errorf("assembling the reply filter: %w", err)
 	}
 	return &packet.Config{Filter: prog}, nil
 }
 
-// Listen implements Network: an AF_PACKET socket for ARP frames on r's
-// interface, with a large receive buffer.
+// etherType is the protocol a socket for r's family listens to.
+func etherType(r Route) int {
+	if r.Src.Is6() {
+		return unix.ETH_P_IPV6
+	}
+	return unix.ETH_P_ARP
+}
+
+// Listen implements Network: an AF_PACKET socket for ARP frames (IPv6
+// frames when r's source is IPv6) on r's interface, with a large receive buffer.
 func (h HostNetwork) Listen(_ context.Context, r Route) (Socket, net.Addr, error) {
 	ifi := &net.Interface{Index: r.Index, Name: r.Interface, HardwareAddr: r.MAC}
 	var (
 		conn *packet.Conn
 		err  error
 	)
-	cfg, err := socketConfig()
+	cfg, err := socketConfig(r.Src.Is6())
 	if err != nil {
 		return nil, nil, err
 	}
+	proto := etherType(r)
 	if h.NetNSPath == "" {
-		conn, err = packet.Listen(ifi, packet.Raw, unix.ETH_P_ARP, cfg)
+		conn, err = packet.Listen(ifi, packet.Raw, proto, cfg)
 	} else {
-		conn, err = listenInNetNS(h.NetNSPath, ifi, cfg)
+		conn, err = listenInNetNS(h.NetNSPath, ifi, proto, cfg)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("opening ARP socket on %s: %w", r.Interface, err)
+		return nil, nil, fmt.Errorf("opening %s socket on %s: %w", FamilyOf(r.Src).Protocol(), r.Interface, err)
 	}
+	// A raw socket sends the frame's own Ethernet header; the address only
+	// names the interface's link layer.
 	bcast := &packet.Addr{HardwareAddr: ethernetBroadcast}
 	rc, err := conn.SyscallConn()
 	if err != nil {
@@ -284,7 +346,7 @@ func (c *stampedConn) ReadFromStamped(b []byte) (int, time.Time, error) {
 // moved into the namespace. The thread is never unlocked, so the runtime
 // retires it when the goroutine ends rather than reusing a thread in a
 // foreign namespace.
-func listenInNetNS(path string, ifi *net.Interface, cfg *packet.Config) (*packet.Conn, error) {
+func listenInNetNS(path string, ifi *net.Interface, proto int, cfg *packet.Config) (*packet.Conn, error) {
 	type result struct {
 		conn *packet.Conn
 		err  error
@@ -302,7 +364,7 @@ func listenInNetNS(path string, ifi *net.Interface, cfg *packet.Config) (*packet
 			ch <- result{err: fmt.Errorf("entering network namespace %s: %w", path, err)}
 			return
 		}
-		c, err := packet.Listen(ifi, packet.Raw, unix.ETH_P_ARP, cfg)
+		c, err := packet.Listen(ifi, packet.Raw, proto, cfg)
 		ch <- result{conn: c, err: err}
 	}()
 	r := <-ch

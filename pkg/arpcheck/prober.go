@@ -96,9 +96,11 @@ type Observation struct {
 	Requests int
 }
 
-// Prober sends ARP requests for many IPs at once on one socket and collects
-// every reply. Its fields are set at construction and never change; Probe
-// serialises its callers with mu, since one socket has one reader.
+// Prober sends ARP requests (IPv4) or neighbour solicitations (IPv6) for
+// many IPs at once on one socket and collects every reply. One prober
+// probes one family: that of its source address. Its fields are set at
+// construction and never change; Probe serialises its callers with mu, since
+// one socket has one reader.
 type Prober struct {
 	conn  PacketConn
 	dst   net.Addr
@@ -111,8 +113,9 @@ type Prober struct {
 }
 
 // NewProber returns a prober that writes requests to dst (the link-layer
-// broadcast address of conn) from mac/src. iface names the interface in logs.
-// conn stays owned by the caller.
+// address Network.Listen returned with conn) from mac/src; src's family
+// (IPv4: ARP, IPv6: NDP) is the family of every IP it probes. iface names
+// the interface in logs. conn stays owned by the caller.
 func NewProber(conn PacketConn, dst net.Addr, iface string, mac net.HardwareAddr, src netip.Addr, opts ProbeOptions) (*Prober, error) {
 	if conn == nil {
 		return nil, errors.New("creating ARP prober: nil connection")
@@ -120,8 +123,8 @@ func NewProber(conn PacketConn, dst net.Addr, iface string, mac net.HardwareAddr
 	if len(mac) != 6 {
 		return nil, fmt.Errorf("creating ARP prober on %s: %q is not an Ethernet address", iface, mac)
 	}
-	if !src.Is4() {
-		return nil, fmt.Errorf("creating ARP prober on %s: source %s is not IPv4", iface, src)
+	if !src.Is4() && (!src.Is6() || src.Is4In6()) {
+		return nil, fmt.Errorf("creating ARP prober on %s: source %q is not an IP address", iface, src)
 	}
 	return &Prober{conn: conn, dst: dst, mac: mac, src: src, iface: iface, opts: opts.withDefaults()}, nil
 }
@@ -166,7 +169,7 @@ func (h *retryHeap) Pop() any {
 	return x
 }
 
-// Probe sends ARP requests for every IP (duplicates probed once), keeps
+// Probe sends requests for every IP (duplicates probed once), keeps
 // sending to silent ones up to Attempts times within the window, and returns
 // one Observation per distinct IP, in input order. Requests to different IPs
 // are in flight together; only the rate limiter paces them. Replies for IPs
@@ -181,8 +184,8 @@ func (p *Prober) Probe(ctx context.Context, ips []netip.Addr) ([]Observation, er
 	order := make([]*probeState, 0, len(ips))
 	for _, ip := range ips {
 		ip = ip.Unmap()
-		if !ip.Is4() {
-			return nil, fmt.Errorf("probing %s on %s: only IPv4 addresses can be ARP-probed", ip, p.iface)
+		if !ip.IsValid() || ip.Is4() != p.src.Is4() {
+			return nil, fmt.Errorf("probing %s on %s: a prober sending from %s probes only %s addresses", ip, p.iface, p.src, FamilyOf(p.src))
 		}
 		if _, ok := states[ip]; ok {
 			continue
@@ -244,7 +247,7 @@ func (p *Prober) Probe(ctx context.Context, ips []netip.Addr) ([]Observation, er
 	for _, st := range order {
 		out = append(out, st.observe(p.opts.Window, interval))
 	}
-	logger.V(4).Info("ARP probe round done", "ips", len(out), "requests", r.requests(order))
+	logger.V(4).Info("Probe round done", "protocol", FamilyOf(p.src).Protocol(), "ips", len(out), "requests", r.requests(order))
 	return out, nil
 }
 
@@ -321,7 +324,7 @@ func (p *Prober) send(ctx context.Context, order []*probeState, mu *sync.Mutex) 
 		if err := p.opts.Limiter.Wait(ctx); err != nil {
 			return fmt.Errorf("probing on %s: waiting for the rate limiter: %w", p.iface, err)
 		}
-		frame, err := BuildRequest(p.mac, p.src, st.ip)
+		frame, err := buildProbe(p.mac, p.src, st.ip)
 		if err != nil {
 			return err
 		}
@@ -333,7 +336,7 @@ func (p *Prober) send(ctx context.Context, order []*probeState, mu *sync.Mutex) 
 		n := len(st.sends)
 		mu.Unlock()
 		if _, err := p.conn.WriteTo(frame, p.dst); err != nil {
-			return fmt.Errorf("sending ARP request for %s on %s: %w", st.ip, p.iface, err)
+			return fmt.Errorf("sending %s request for %s on %s: %w", FamilyOf(st.ip).Protocol(), st.ip, p.iface, err)
 		}
 		if n < p.opts.Attempts {
 			heap.Push(&retries, retry{due: sent.Add(interval), st: st})
@@ -351,7 +354,7 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 	defer timer.Stop()
 	select {
 	case <-ctx.Done():
-		return fmt.Errorf("waiting for ARP replies: %w", ctx.Err())
+		return fmt.Errorf("waiting for replies: %w", ctx.Err())
 	case <-timer.C:
 		return nil
 	}
@@ -423,7 +426,7 @@ func (r *reader) run() error {
 			if stopped {
 				return nil
 			}
-			return fmt.Errorf("reading ARP replies: %w", err)
+			return fmt.Errorf("reading replies: %w", err)
 		}
 		r.handle(buf[:n], now, kernel)
 	}
@@ -432,15 +435,9 @@ func (r *reader) run() error {
 // handle records one frame if it is a reply to us about a probed IP. now is
 // when it was read; kernel, when not zero, when the kernel received it.
 func (r *reader) handle(frame []byte, now, kernel time.Time) {
-	rep, err := ParseReply(frame)
-	if err != nil {
-		return // requests (including our own, looped back), other traffic, garbage
-	}
-	if bytes.Equal(rep.SenderMAC, r.mac) {
-		return // our own frame
-	}
-	if rep.TargetIP != r.src || (!bytes.Equal(rep.TargetMAC, r.mac) && !bytes.Equal(rep.TargetMAC, ethernetBroadcast)) {
-		return // a reply to someone else's request
+	rep, ok := r.answer(frame)
+	if !ok {
+		return
 	}
 	st, ok := r.states[rep.SenderIP]
 	if !ok {
@@ -457,6 +454,42 @@ func (r *reader) handle(frame []byte, now, kernel time.Time) {
 	st.macs = append(st.macs, rep.SenderMAC)
 	st.arrived = append(st.arrived, now)
 	st.stamped = append(st.stamped, kernel)
+}
+
+// answer decodes frame as an answer to one of our requests: an ARP reply or
+// a solicited neighbour advertisement addressed to us (an advertisement to
+// all nodes when we solicit from ::). Anything else is ignored: requests
+// (including our own, looped back), other traffic, garbage, answers to
+// someone else's requests, unsolicited announcements.
+func (r *reader) answer(frame []byte) (Reply, bool) {
+	var rep Reply
+	if r.src.Is4() {
+		var err error
+		if rep, err = ParseReply(frame); err != nil {
+			return Reply{}, false
+		}
+		if rep.TargetIP != r.src || (!bytes.Equal(rep.TargetMAC, r.mac) && !bytes.Equal(rep.TargetMAC, ethernetBroadcast)) {
+			return Reply{}, false
+		}
+	} else {
+		adv, err := ParseAdvertisement(frame)
+		if err != nil {
+			return Reply{}, false
+		}
+		rep = adv.Reply
+		switch {
+		case r.src.IsUnspecified():
+			if rep.TargetIP != allNodes {
+				return Reply{}, false
+			}
+		case !adv.Solicited || rep.TargetIP != r.src || !bytes.Equal(rep.TargetMAC, r.mac):
+			return Reply{}, false
+		}
+	}
+	if bytes.Equal(rep.SenderMAC, r.mac) {
+		return Reply{}, false // our own frame
+	}
+	return rep, true
 }
 
 func (r *reader) requests(order []*probeState) int {

@@ -274,12 +274,19 @@ func TestProberRejects(t *testing.T) {
 	if _, err := NewProber(c, nil, "x", proberMAC[:3], proberIP, ProbeOptions{}); err == nil {
 		t.Error("short MAC accepted")
 	}
-	if _, err := NewProber(c, nil, "x", proberMAC, netip.MustParseAddr("fd00::1"), ProbeOptions{}); err == nil {
-		t.Error("IPv6 source accepted")
+	if _, err := NewProber(c, nil, "x", proberMAC, netip.Addr{}, ProbeOptions{}); err == nil {
+		t.Error("invalid source accepted")
 	}
 	p := newTestProber(t, c, 10*time.Millisecond, 1)
 	if _, err := p.Probe(context.Background(), []netip.Addr{netip.MustParseAddr("fd00::1")}); err == nil {
-		t.Error("IPv6 target accepted")
+		t.Error("IPv6 target accepted by an IPv4 prober")
+	}
+	p6, err := NewProber(c, nil, "x", proberMAC, linkLocal(proberMAC), ProbeOptions{Window: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p6.Probe(context.Background(), []netip.Addr{netip.MustParseAddr("10.0.0.1")}); err == nil {
+		t.Error("IPv4 target accepted by an IPv6 prober")
 	}
 	obs, err := p.Probe(context.Background(), nil)
 	if err != nil || len(obs) != 0 {

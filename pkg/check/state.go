@@ -62,6 +62,8 @@ type IPVSTableState struct {
 type ARPState struct {
 	// IP is the probed address.
 	IP string
+	// Family is the address's family: ipv4 (probed with ARP) or ipv6 (NDP).
+	Family string
 	// Interface is where it was probed.
 	Interface string
 	// Result is the verdict: answered, no-reply, conflict or wrong-responder.

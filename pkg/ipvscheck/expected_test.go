@@ -307,3 +307,58 @@ func TestSummaryForMetrics(t *testing.T) {
 		t.Errorf("reason = %s", res.Reason)
 	}
 }
+
+// TestCompareDualStack covers the IPv6 side: a dual-stack LoadBalancer
+// Service expects a virtual server on its IPv6 ClusterIP and IPv6 ingress IP
+// as on the IPv4 ones, and a table that lacks the IPv6 ones while holding
+// other IPv6 virtual servers reports them missing; a single-stack (IPv4
+// only) kube-proxy is not blamed for them.
+func TestCompareDualStack(t *testing.T) {
+	lb := svc("default", "web-lb", corev1.ServiceTypeLoadBalancer, "10.96.0.60", port("", 80, corev1.ProtocolTCP))
+	lb.Spec.ClusterIPs = []string{"10.96.0.60", "fd00:96::3c"}
+	lb.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.10"}, {IP: "2001:db8::10"}}
+	eps := []discoveryv1.EndpointSlice{
+		slice("default", "web-lb", discoveryv1.AddressTypeIPv4, "", corev1.ProtocolTCP, ep{addr: "10.244.1.11", node: "vm-node-2"}),
+		slice("default", "web-lb", discoveryv1.AddressTypeIPv6, "", corev1.ProtocolTCP, ep{addr: "fd00:244::b", node: "vm-node-2"}),
+	}
+	exp := ExpectedVirtualServers([]corev1.Service{lb}, eps, node)
+	var keys []string
+	for _, e := range exp {
+		keys = append(keys, e.Kind+" "+e.Key.String()+" "+strconv.Itoa(e.ReadyEndpoints))
+	}
+	wantKeys := []string{
+		"ClusterIP 10.96.0.60:80/TCP 1", "ClusterIP [fd00:96::3c]:80/TCP 1",
+		"LoadBalancer 192.0.2.10:80/TCP 1", "LoadBalancer [2001:db8::10]:80/TCP 1",
+	}
+	if diff := cmp.Diff(wantKeys, keys); diff != "" {
+		t.Errorf("expected virtual servers (-want +got)\n%s", diff)
+	}
+
+	dual := ipvs.Table{
+		entry("10.96.0.60", 80, ipvs.TCP, "rr", rs("10.244.1.11")),
+		entry("192.0.2.10", 80, ipvs.TCP, "rr", rs("10.244.1.11")),
+		entry("fd00:96::3c", 80, ipvs.TCP, "rr", rs("fd00:244::b")),
+	}
+	tests := []struct {
+		name  string
+		table ipvs.Table
+		want  []string
+	}{
+		{name: "dual-stack table without the IPv6 LoadBalancer VIP", table: dual, want: []string{"2001:db8::10:80/TCP missing"}},
+		{name: "dual-stack table complete", table: append(dual, entry("2001:db8::10", 80, ipvs.TCP, "rr", rs("fd00:244::b")))},
+		{name: "IPv6 LoadBalancer VIP without real servers", table: append(dual, entry("2001:db8::10", 80, ipvs.TCP, "rr")),
+			want: []string{"2001:db8::10:80/TCP no-real-servers"}},
+		{name: "single-stack IPv4 kube-proxy", table: dual[:2]},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, f := range Compare(onlyFamilies(exp, tc.table), tc.table, "rr") {
+				got = append(got, f.VIP+":"+itoa(f.Port)+"/"+f.Protocol+" "+f.Problem)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+		})
+	}
+}

@@ -136,14 +136,14 @@ func newCollector(snapshot func() Snapshot, info version.Info) *Collector {
 		virtualServersNoReal: d("ipvs", "virtual_servers_without_real_servers",
 			"Number of IPVS virtual servers whose Service has ready endpoints but which have no real servers."),
 		arpProbeResult: d("arp", "probe_result",
-			"Latest ARP probe result for a LoadBalancer IP this node probes: 1 for the current result, 0 for the others.",
-			"ip", "interface", "result"),
+			"Latest ARP (IPv4) or NDP (IPv6) probe result for a LoadBalancer IP this node probes: 1 for the current result, 0 for the others.",
+			"ip", "family", "interface", "result"),
 		arpResponders: d("arp", "responders",
-			"Number of distinct MAC addresses that answered the latest ARP probe of a LoadBalancer IP.",
-			"ip", "interface"),
+			"Number of distinct MAC addresses that answered the latest ARP (IPv4) or NDP (IPv6) probe of a LoadBalancer IP.",
+			"ip", "family", "interface"),
 		arpProbeRTT: d("arp", "probe_rtt_seconds",
-			"Round-trip time of the first reply to the latest ARP probe of a LoadBalancer IP (absent when nothing answered).",
-			"ip", "interface"),
+			"Round-trip time of the first reply to the latest ARP (IPv4) or NDP (IPv6) probe of a LoadBalancer IP (absent when nothing answered).",
+			"ip", "family", "interface"),
 		reconcileTotal: d("reconcile", "total",
 			"Number of finished check runs by the reconcile loop, by check.",
 			"check"),
@@ -238,11 +238,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, k := range keys {
 		a := st.arp[k]
 		for _, res := range arpResults {
-			gauge(c.arpProbeResult, boolValue(a.Result == res), a.IP, a.Interface, res)
+			gauge(c.arpProbeResult, boolValue(a.Result == res), a.IP, a.Family, a.Interface, res)
 		}
-		gauge(c.arpResponders, float64(a.Responders), a.IP, a.Interface)
+		gauge(c.arpResponders, float64(a.Responders), a.IP, a.Family, a.Interface)
 		if a.Responders > 0 && a.RTTSeconds > 0 {
-			gauge(c.arpProbeRTT, a.RTTSeconds, a.IP, a.Interface)
+			gauge(c.arpProbeRTT, a.RTTSeconds, a.IP, a.Family, a.Interface)
 		}
 	}
 }

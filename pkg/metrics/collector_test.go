@@ -106,36 +106,43 @@ ipvs_guard_modules_stale_declaration{module="nf_conntrack_ipv4"} 1
 			snap: Snapshot{Results: []check.Result{{
 				Name: check.NameARP, Status: check.StatusProblem,
 				Findings: []check.Finding{
-					arpFinding(check.ARPState{IP: "192.0.2.10", Interface: "eth0", Result: "answered", Responders: 1, RTTSeconds: 0.0012}),
-					arpFinding(check.ARPState{IP: "192.0.2.11", Interface: "eth0", Result: "no-reply"}),
-					arpFinding(check.ARPState{IP: "192.0.2.12", Interface: "eth0", Result: "conflict", Responders: 2, RTTSeconds: 0.002}),
+					arpFinding(check.ARPState{IP: "192.0.2.10", Family: "ipv4", Interface: "eth0", Result: "answered", Responders: 1, RTTSeconds: 0.0012}),
+					arpFinding(check.ARPState{IP: "192.0.2.11", Family: "ipv4", Interface: "eth0", Result: "no-reply"}),
+					arpFinding(check.ARPState{IP: "192.0.2.12", Family: "ipv4", Interface: "eth0", Result: "conflict", Responders: 2, RTTSeconds: 0.002}),
+					arpFinding(check.ARPState{IP: "2001:db8::10", Family: "ipv6", Interface: "eth0", Result: "wrong-responder", Responders: 1, RTTSeconds: 0.0015}),
 				},
 			}}},
 			metrics: []string{"ipvs_guard_arp_probe_result", "ipvs_guard_arp_responders", "ipvs_guard_arp_probe_rtt_seconds"},
 			want: `
-# HELP ipvs_guard_arp_probe_result Latest ARP probe result for a LoadBalancer IP this node probes: 1 for the current result, 0 for the others.
+# HELP ipvs_guard_arp_probe_result Latest ARP (IPv4) or NDP (IPv6) probe result for a LoadBalancer IP this node probes: 1 for the current result, 0 for the others.
 # TYPE ipvs_guard_arp_probe_result gauge
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="answered"} 1
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="conflict"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="no-reply"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="wrong-responder"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="answered"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="conflict"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="no-reply"} 1
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="wrong-responder"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.12",result="answered"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.12",result="conflict"} 1
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.12",result="no-reply"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.12",result="wrong-responder"} 0
-# HELP ipvs_guard_arp_probe_rtt_seconds Round-trip time of the first reply to the latest ARP probe of a LoadBalancer IP (absent when nothing answered).
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="answered"} 1
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="conflict"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="no-reply"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="wrong-responder"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="answered"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="conflict"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="no-reply"} 1
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="wrong-responder"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.12",result="answered"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.12",result="conflict"} 1
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.12",result="no-reply"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.12",result="wrong-responder"} 0
+ipvs_guard_arp_probe_result{family="ipv6",interface="eth0",ip="2001:db8::10",result="answered"} 0
+ipvs_guard_arp_probe_result{family="ipv6",interface="eth0",ip="2001:db8::10",result="conflict"} 0
+ipvs_guard_arp_probe_result{family="ipv6",interface="eth0",ip="2001:db8::10",result="no-reply"} 0
+ipvs_guard_arp_probe_result{family="ipv6",interface="eth0",ip="2001:db8::10",result="wrong-responder"} 1
+# HELP ipvs_guard_arp_probe_rtt_seconds Round-trip time of the first reply to the latest ARP (IPv4) or NDP (IPv6) probe of a LoadBalancer IP (absent when nothing answered).
 # TYPE ipvs_guard_arp_probe_rtt_seconds gauge
-ipvs_guard_arp_probe_rtt_seconds{interface="eth0",ip="192.0.2.10"} 0.0012
-ipvs_guard_arp_probe_rtt_seconds{interface="eth0",ip="192.0.2.12"} 0.002
-# HELP ipvs_guard_arp_responders Number of distinct MAC addresses that answered the latest ARP probe of a LoadBalancer IP.
+ipvs_guard_arp_probe_rtt_seconds{family="ipv4",interface="eth0",ip="192.0.2.10"} 0.0012
+ipvs_guard_arp_probe_rtt_seconds{family="ipv4",interface="eth0",ip="192.0.2.12"} 0.002
+ipvs_guard_arp_probe_rtt_seconds{family="ipv6",interface="eth0",ip="2001:db8::10"} 0.0015
+# HELP ipvs_guard_arp_responders Number of distinct MAC addresses that answered the latest ARP (IPv4) or NDP (IPv6) probe of a LoadBalancer IP.
 # TYPE ipvs_guard_arp_responders gauge
-ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.10"} 1
-ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.11"} 0
-ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.12"} 2
+ipvs_guard_arp_responders{family="ipv4",interface="eth0",ip="192.0.2.10"} 1
+ipvs_guard_arp_responders{family="ipv4",interface="eth0",ip="192.0.2.11"} 0
+ipvs_guard_arp_responders{family="ipv4",interface="eth0",ip="192.0.2.12"} 2
+ipvs_guard_arp_responders{family="ipv6",interface="eth0",ip="2001:db8::10"} 1
 `,
 		},
 		{
@@ -175,15 +182,15 @@ ipvs_guard_node_condition_status{condition="KubeProxyIPVSDegraded",status="Unkno
 			snap: Snapshot{Results: []check.Result{{
 				Name: check.NameARP, Status: check.StatusOK,
 				Findings: []check.Finding{
-					arpFinding(check.ARPState{IP: "192.0.2.10", Interface: "eth0", Result: "no-reply"}),
-					arpFinding(check.ARPState{IP: "192.0.2.10", Interface: "eth0", Result: "answered", Responders: 1}),
+					arpFinding(check.ARPState{IP: "192.0.2.10", Family: "ipv4", Interface: "eth0", Result: "no-reply"}),
+					arpFinding(check.ARPState{IP: "192.0.2.10", Family: "ipv4", Interface: "eth0", Result: "answered", Responders: 1}),
 				},
 			}}},
 			metrics: []string{"ipvs_guard_arp_responders"},
 			want: `
-# HELP ipvs_guard_arp_responders Number of distinct MAC addresses that answered the latest ARP probe of a LoadBalancer IP.
+# HELP ipvs_guard_arp_responders Number of distinct MAC addresses that answered the latest ARP (IPv4) or NDP (IPv6) probe of a LoadBalancer IP.
 # TYPE ipvs_guard_arp_responders gauge
-ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.10"} 1
+ipvs_guard_arp_responders{family="ipv4",interface="eth0",ip="192.0.2.10"} 1
 `,
 		},
 	}
@@ -202,8 +209,8 @@ ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.10"} 1
 func TestCollectorVanishes(t *testing.T) {
 	snap := Snapshot{Results: []check.Result{
 		{Name: check.NameARP, Status: check.StatusProblem, Findings: []check.Finding{
-			arpFinding(check.ARPState{IP: "192.0.2.10", Interface: "eth0", Result: "answered", Responders: 1}),
-			arpFinding(check.ARPState{IP: "192.0.2.11", Interface: "eth0", Result: "no-reply"}),
+			arpFinding(check.ARPState{IP: "192.0.2.10", Family: "ipv4", Interface: "eth0", Result: "answered", Responders: 1}),
+			arpFinding(check.ARPState{IP: "192.0.2.11", Family: "ipv4", Interface: "eth0", Result: "no-reply"}),
 		}},
 	}}
 	c := newCollector(func() Snapshot { return snap }, testInfo)
@@ -217,13 +224,13 @@ func TestCollectorVanishes(t *testing.T) {
 	// The Service behind 192.0.2.11 is deleted: the next results no longer probe it.
 	snap = Snapshot{Results: []check.Result{
 		{Name: check.NameARP, Status: check.StatusOK, Findings: []check.Finding{
-			arpFinding(check.ARPState{IP: "192.0.2.10", Interface: "eth0", Result: "answered", Responders: 1}),
+			arpFinding(check.ARPState{IP: "192.0.2.10", Family: "ipv4", Interface: "eth0", Result: "answered", Responders: 1}),
 		}},
 	}}
 	want := `
-# HELP ipvs_guard_arp_responders Number of distinct MAC addresses that answered the latest ARP probe of a LoadBalancer IP.
+# HELP ipvs_guard_arp_responders Number of distinct MAC addresses that answered the latest ARP (IPv4) or NDP (IPv6) probe of a LoadBalancer IP.
 # TYPE ipvs_guard_arp_responders gauge
-ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.10"} 1
+ipvs_guard_arp_responders{family="ipv4",interface="eth0",ip="192.0.2.10"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ipvs_guard_arp_responders"); err != nil {
 		t.Error(err)
@@ -236,7 +243,7 @@ ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.10"} 1
 func TestCollectorLint(t *testing.T) {
 	snap := Snapshot{Results: []check.Result{
 		{Name: check.NameModules, Status: check.StatusOK, Findings: []check.Finding{moduleFinding(check.ModuleState{Module: "ip_vs", Loaded: true, Available: true, Declared: true})}},
-		{Name: check.NameARP, Status: check.StatusOK, Findings: []check.Finding{arpFinding(check.ARPState{IP: "192.0.2.10", Interface: "eth0", Result: "answered", Responders: 1, RTTSeconds: 0.001})}},
+		{Name: check.NameARP, Status: check.StatusOK, Findings: []check.Finding{arpFinding(check.ARPState{IP: "192.0.2.10", Family: "ipv4", Interface: "eth0", Result: "answered", Responders: 1, RTTSeconds: 0.001})}},
 	}}
 	problems, err := testutil.CollectAndLint(newCollector(func() Snapshot { return snap }, testInfo))
 	if err != nil {
@@ -283,7 +290,7 @@ var stateSamples = map[string]check.State{
 	"Module":    {Module: &check.ModuleState{Module: "ip_vs", Loaded: true}},
 	"KubeProxy": {KubeProxy: &check.KubeProxyState{Mode: "ipvs"}},
 	"IPVSTable": {IPVSTable: &check.IPVSTableState{VirtualServers: 1}},
-	"ARP":       {ARP: &check.ARPState{IP: "192.0.2.1", Interface: "eth0", Result: "answered", Responders: 1}},
+	"ARP":       {ARP: &check.ARPState{IP: "192.0.2.1", Family: "ipv4", Interface: "eth0", Result: "answered", Responders: 1}},
 }
 
 // TestEveryStateKindIsExposed checks that every kind of state a finding can

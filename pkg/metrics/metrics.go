@@ -44,9 +44,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"module", "result"}),
 		arpProbeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace, Subsystem: "arp", Name: "probe_duration_seconds",
-			Help:    "Time from sending an ARP probe of a LoadBalancer IP to its first reply, by result.",
+			Help:    "Time from sending an ARP (IPv4) or NDP (IPv6) probe of a LoadBalancer IP to its first reply, by family and result.",
 			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5},
-		}, []string{"result"}),
+		}, []string{"family", "result"}),
 	}
 	for _, c := range []prometheus.Collector{m.reconcileDuration, m.moduleLoads, m.arpProbeDuration} {
 		if err := reg.Register(c); err != nil {
@@ -66,7 +66,7 @@ func (m *Metrics) ObserveCheck(res check.Result, err error, d time.Duration) {
 	}
 	for _, f := range res.Findings {
 		if a := findingState(f).ARP; a != nil && a.Result != "" && a.RTTSeconds > 0 {
-			m.arpProbeDuration.WithLabelValues(a.Result).Observe(a.RTTSeconds)
+			m.arpProbeDuration.WithLabelValues(a.Family, a.Result).Observe(a.RTTSeconds)
 		}
 	}
 }

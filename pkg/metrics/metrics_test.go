@@ -27,8 +27,8 @@ func TestMetrics(t *testing.T) {
 	m.ObserveCheck(check.Result{Name: check.NameModules, Status: check.StatusProblem}, nil, 3*time.Second)
 	m.ObserveCheck(check.Result{Name: check.NameIPVS}, errors.New("netlink: EPERM"), time.Millisecond)
 	m.ObserveCheck(check.Result{Name: check.NameARP, Status: check.StatusProblem, Findings: []check.Finding{
-		arpFinding(check.ARPState{IP: "192.0.2.10", Interface: "eth0", Result: "answered", Responders: 1, RTTSeconds: 0.0008}),
-		arpFinding(check.ARPState{IP: "192.0.2.11", Interface: "eth0", Result: "no-reply"}),
+		arpFinding(check.ARPState{IP: "192.0.2.10", Family: "ipv4", Interface: "eth0", Result: "answered", Responders: 1, RTTSeconds: 0.0008}),
+		arpFinding(check.ARPState{IP: "192.0.2.11", Family: "ipv4", Interface: "eth0", Result: "no-reply"}),
 	}}, nil, 300*time.Millisecond)
 	m.ObserveModuleLoad("ip_vs_lc", nil)
 	m.ObserveModuleLoad("ip_vs_nosuch", errors.New("not found"))
@@ -39,23 +39,23 @@ func TestMetrics(t *testing.T) {
 # TYPE ipvs_guard_modules_load_attempts_total counter
 ipvs_guard_modules_load_attempts_total{module="ip_vs_lc",result="success"} 1
 ipvs_guard_modules_load_attempts_total{module="ip_vs_nosuch",result="failure"} 2
-# HELP ipvs_guard_arp_probe_duration_seconds Time from sending an ARP probe of a LoadBalancer IP to its first reply, by result.
+# HELP ipvs_guard_arp_probe_duration_seconds Time from sending an ARP (IPv4) or NDP (IPv6) probe of a LoadBalancer IP to its first reply, by family and result.
 # TYPE ipvs_guard_arp_probe_duration_seconds histogram
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.0005"} 0
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.001"} 1
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.0025"} 1
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.005"} 1
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.01"} 1
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.025"} 1
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.05"} 1
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.1"} 1
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.25"} 1
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="0.5"} 1
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="1"} 1
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="2.5"} 1
-ipvs_guard_arp_probe_duration_seconds_bucket{result="answered",le="+Inf"} 1
-ipvs_guard_arp_probe_duration_seconds_sum{result="answered"} 0.0008
-ipvs_guard_arp_probe_duration_seconds_count{result="answered"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="0.0005"} 0
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="0.001"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="0.0025"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="0.005"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="0.01"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="0.025"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="0.05"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="0.1"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="0.25"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="0.5"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="1"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="2.5"} 1
+ipvs_guard_arp_probe_duration_seconds_bucket{family="ipv4",result="answered",le="+Inf"} 1
+ipvs_guard_arp_probe_duration_seconds_sum{family="ipv4",result="answered"} 0.0008
+ipvs_guard_arp_probe_duration_seconds_count{family="ipv4",result="answered"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"ipvs_guard_modules_load_attempts_total", "ipvs_guard_arp_probe_duration_seconds"); err != nil {

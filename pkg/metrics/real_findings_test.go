@@ -40,10 +40,10 @@ func TestCollectorRealFindings(t *testing.T) {
 		}},
 	}}
 	want := `
-# HELP ipvs_guard_arp_responders Number of distinct MAC addresses that answered the latest ARP probe of a LoadBalancer IP.
+# HELP ipvs_guard_arp_responders Number of distinct MAC addresses that answered the latest ARP (IPv4) or NDP (IPv6) probe of a LoadBalancer IP.
 # TYPE ipvs_guard_arp_responders gauge
-ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.10"} 2
-ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.11"} 1
+ipvs_guard_arp_responders{family="ipv4",interface="eth0",ip="192.0.2.10"} 2
+ipvs_guard_arp_responders{family="ipv4",interface="eth0",ip="192.0.2.11"} 1
 # HELP ipvs_guard_ipvs_virtual_servers Number of IPVS virtual servers in the node's table.
 # TYPE ipvs_guard_ipvs_virtual_servers gauge
 ipvs_guard_ipvs_virtual_servers 3
@@ -62,16 +62,16 @@ ipvs_guard_modules_loaded{module="nf_conntrack"} 1
 		t.Error(err)
 	}
 	wantResult := `
-# HELP ipvs_guard_arp_probe_result Latest ARP probe result for a LoadBalancer IP this node probes: 1 for the current result, 0 for the others.
+# HELP ipvs_guard_arp_probe_result Latest ARP (IPv4) or NDP (IPv6) probe result for a LoadBalancer IP this node probes: 1 for the current result, 0 for the others.
 # TYPE ipvs_guard_arp_probe_result gauge
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="answered"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="conflict"} 1
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="no-reply"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="wrong-responder"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="answered"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="conflict"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="no-reply"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="wrong-responder"} 1
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="answered"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="conflict"} 1
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="no-reply"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="wrong-responder"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="answered"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="conflict"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="no-reply"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="wrong-responder"} 1
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(wantResult), "ipvs_guard_arp_probe_result"); err != nil {
 		t.Error(err)

@@ -18,7 +18,10 @@ const (
 )
 
 // baseModules are loaded for every scheduler: kube-proxy's IPVS proxier checks
-// for them before it starts.
+// for them before it starts. IPv6 (dual-stack) needs no module of its own:
+// ip_vs carries both families (CONFIG_IP_VS_IPV6=y in distribution kernels)
+// and depends on nf_defrag_ipv6, which loading it pulls in; kube-proxy asks
+// for no IPv6-specific module either.
 var baseModules = []string{"ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh"}
 
 // Normalize returns the canonical form of a module name: '-' becomes '_', as
