@@ -207,11 +207,12 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	}
 	n := len(res.Findings)
 	if len(problems) == 0 {
-		res.Message = fmt.Sprintf("%d IP(s) answered ARP by exactly one MAC", n)
+		// No count: it changes with every LoadBalancer Service sharded here.
+		res.Message = "every IP this node probes answered ARP by exactly one MAC"
 	} else {
 		res.Status = check.StatusProblem
 		res.Reason = reasonFor(worst)
-		res.Message = fmt.Sprintf("%d of %d IP(s) fail ARP: %s", len(problems), n, strings.Join(problems, "; "))
+		res.Message = fmt.Sprintf("%d IP(s) fail ARP: %s", len(problems), strings.Join(problems, "; "))
 		res.Remediation = remediation(findings, probed)
 	}
 	if len(unprobed) > 0 {

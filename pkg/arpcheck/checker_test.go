@@ -150,7 +150,7 @@ func TestChecker(t *testing.T) {
 			targets: []Target{{IP: ip("10.0.0.10")}, {IP: ip("10.0.0.11")}},
 			want: want{status: check.StatusProblem, reason: ReasonNoReply, findings: 2,
 				results: map[string]string{"10.0.0.10@eth0": "answered", "10.0.0.11@eth0": "no-reply"},
-				message: []string{"1 of 2", "10.0.0.11 on eth0: no-reply"}},
+				message: []string{"1 IP(s) fail ARP", "10.0.0.11 on eth0: no-reply"}},
 		},
 		{
 			name: "conflict outranks wrong responder and no reply",

@@ -100,7 +100,7 @@ func BenchmarkGuestIPVSInspection(b *testing.B) {
 		b.Fatalf("ipvsadm -Ln shows %d real servers", n)
 	}
 	_, _, out = timedRun(b, guest.Bin(), "diagnose", "-o", "json", "--node-name", "bench")
-	if !bytes.Contains(out, []byte(fmt.Sprintf("%d virtual servers, %d real servers", benchVirtualServers, 2*benchVirtualServers))) {
+	if !bytes.Contains(out, []byte(fmt.Sprintf(`"virtual_servers": %d,`, benchVirtualServers))) || !bytes.Contains(out, []byte(fmt.Sprintf(`"real_servers": %d,`, 2*benchVirtualServers))) {
 		b.Fatalf("diagnose did not inspect the whole table:\n%.2000s", out)
 	}
 

@@ -88,7 +88,10 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		sched, from = c.cfg.Scheduler(ctx)
 	}
 	sum := Summary{VirtualServers: len(table), RealServers: table.RealServerCount(), Scheduler: sched, SchedulerSource: from}
-	summary := sum.String()
+	// Messages become Node conditions: they name the scheduler, never the
+	// table's or the cluster's size, which change with every Service on
+	// every node (counts are in the Summary finding and the metrics).
+	schedNote := fmt.Sprintf("scheduler %s (from %s)", sched, from)
 	logger.V(2).Info("read the IPVS table", "virtualServers", len(table), "realServers", table.RealServerCount())
 
 	var findings []Finding
@@ -119,7 +122,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 			if clusterErr != errNoCluster {
 				reason, why = ReasonServicesUnreadable, fmt.Sprintf("Services could not be read (%v)", clusterErr)
 			}
-			res := check.Skipped(c.Name(), reason, summary+"; "+why)
+			res := check.Skipped(c.Name(), reason, "the virtual servers on kube-ipvs0 use the configured "+schedNote+"; "+why)
 			res.Findings = []check.Finding{sum}
 			return res, nil
 		}
@@ -133,8 +136,9 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 				noReal++
 			}
 		}
+		nExpected, nServices := len(expected), len(svcs)
 		sum.VirtualServersWithoutRealServers = &noReal
-		summary = sum.String() + fmt.Sprintf("; %d expected from %d Services", len(expected), len(svcs))
+		sum.Expected, sum.Services = &nExpected, &nServices
 	}
 	res.Findings = append(res.Findings, sum)
 	for _, f := range findings {
@@ -142,7 +146,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	}
 	if len(findings) == 0 {
 		res.Status, res.Reason = check.StatusOK, ReasonOK
-		res.Message = summary + "; every expected VIP has a virtual server with real servers"
+		res.Message = "every expected VIP has a virtual server with real servers, " + schedNote
 		return res, nil
 	}
 	res.Status = check.StatusProblem
@@ -161,12 +165,14 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		named := counts[p]
 		more := ""
 		if len(named) > maxNamed {
-			more = fmt.Sprintf(" and %d more", len(named)-maxNamed)
+			// No count: it would change with every Service while the
+			// condition stays True (diagnose and the metrics count them).
+			more = " and more (ipvs-guard diagnose lists every one)"
 			named = named[:maxNamed]
 		}
 		parts = append(parts, strings.Join(named, "; ")+more)
 	}
-	res.Message = strings.Join(parts, "; ") + " (" + summary + ")"
+	res.Message = strings.Join(parts, "; ") + " (" + schedNote + ")"
 	res.Remediation = c.remediation(counts, sched)
 	return res, nil
 }
