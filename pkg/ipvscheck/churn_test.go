@@ -99,4 +99,3 @@ func tableLink(tbl ipvs.Table) kubeproxy.Link {
 	}
 	return l
 }
-
