@@ -43,6 +43,9 @@ type checkOptions struct {
 	// loader, when set, loads modules for the modules check (the agent
 	// passes one that counts load attempts); nil uses the native loader.
 	loader modules.Loader
+	// settle, when set (by `run`), holds back ipvs findings until they
+	// persist, so kube-proxy's lag behind a Service change is no problem.
+	settle *check.Settler
 }
 
 func (o *checkOptions) addFlags(cmd *cobra.Command) {

@@ -96,6 +96,7 @@ func (o *checkOptions) ipvsCheckers(root hostfs.Root, cs kubernetes.Interface) (
 		NodeName:  o.node(),
 		Scheduler: o.schedulers.Resolve,
 		Distro:    d,
+		Settle:    o.settle,
 	})
 	if err != nil {
 		return nil, err

@@ -20,7 +20,9 @@ import (
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck/shard"
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/metrics"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
@@ -115,6 +117,7 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 	}
 	opts.clientset = cs
 	opts.cluster = view.IPVSCluster()
+	opts.settle = &check.Settler{Grace: ipvscheck.DefaultSettle}
 	checkers, err := opts.checkers(root, opts.remediate)
 	if err != nil {
 		return err

@@ -156,12 +156,19 @@ type agentOptions struct {
 	uevents bool
 	// metallb watches ServiceL2Status through a dynamic client.
 	metallb bool
+	// real, when set, adds real checkers built over the agent's view.
+	real func(v *ClusterView) []check.Checker
+	// userAgent, when set, is the agent's client's User-Agent (the audit log names it).
+	userAgent string
 }
 
 func startAgent(t *testing.T, s *apiservertest.Server, node string, o agentOptions) *agentUnderTest {
 	t.Helper()
 	log := &requestLog{}
 	cfg := log.wrap(s.AdminConfig())
+	if o.userAgent != "" {
+		cfg.UserAgent = o.userAgent
+	}
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	var dyn dynamic.Interface
 	if o.metallb {
@@ -181,8 +188,12 @@ func startAgent(t *testing.T, s *apiservertest.Server, node string, o agentOptio
 	if err != nil {
 		t.Fatal(err)
 	}
+	cks := checkers(o.checks)
+	if o.real != nil {
+		cks = append(cks, o.real(view)...)
+	}
 	a, err := New(Config{
-		NodeName: node, Checkers: checkers(o.checks), Publisher: mgr, View: view,
+		NodeName: node, Checkers: cks, Publisher: mgr, View: view,
 		ResyncPeriod: o.resync, InitialPublishDelay: 5 * time.Second,
 		MACs: o.macs, ModulesLoadDirs: o.dirs, WatchUevents: o.uevents,
 	})

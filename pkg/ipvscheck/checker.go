@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -51,6 +52,10 @@ type Config struct {
 	Scheduler func(ctx context.Context) (scheduler, from string)
 	// Distro words the remediation.
 	Distro distro.Distro
+	// Settle holds back a finding until it persisted for its grace period,
+	// so kube-proxy's lag behind a Service change is not reported as a
+	// problem on every node; nil reports every finding at once (diagnose).
+	Settle *check.Settler
 }
 
 // Checker is the ipvs check.
@@ -68,6 +73,12 @@ func NewChecker(cfg Config) (*Checker, error) {
 
 // Name implements check.Checker.
 func (c *Checker) Name() string { return check.NameIPVS }
+
+// DefaultSettle is how long the agent lets a virtual server stay missing
+// (or without real servers) before it reports it: kube-proxy's IPVS sync
+// period, by default, so a Service kube-proxy has simply not synced yet is
+// never a problem (and never a Node write on every node).
+const DefaultSettle = 30 * time.Second
 
 // maxNamed bounds how many virtual servers a message names.
 const maxNamed = 5
@@ -116,7 +127,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		for _, a := range link.Addrs {
 			onLink[a] = true
 		}
-		findings = CompareSchedulers(table, func(k ipvs.Key) bool { return onLink[k.Address] }, sched)
+		findings = c.settled(logger, CompareSchedulers(table, func(k ipvs.Key) bool { return onLink[k.Address] }, sched))
 		if len(findings) == 0 {
 			reason, why := ReasonNoKubeconfig, "comparing with Services needs --kubeconfig"
 			if clusterErr != errNoCluster {
@@ -129,7 +140,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	} else {
 		expected := ExpectedVirtualServers(svcs, eps, c.cfg.NodeName)
 		expected = onlyFamilies(expected, table)
-		findings = Compare(expected, table, sched)
+		findings = c.settled(logger, Compare(expected, table, sched))
 		noReal := 0
 		for _, f := range findings {
 			if f.Problem == ProblemNoRealServers {
@@ -175,6 +186,25 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	res.Message = strings.Join(parts, "; ") + " (" + schedNote + ")"
 	res.Remediation = c.remediation(counts, sched)
 	return res, nil
+}
+
+// settled drops the findings that have not persisted for the settle grace.
+func (c *Checker) settled(logger klog.Logger, findings []Finding) []Finding {
+	keys := make([]string, len(findings))
+	for i, f := range findings {
+		keys[i] = f.String()
+	}
+	ok := c.cfg.Settle.Settled(keys)
+	out := findings[:0:0]
+	for i, f := range findings {
+		if ok[i] {
+			out = append(out, f)
+		}
+	}
+	if held := len(findings) - len(out); held > 0 {
+		logger.V(2).Info("Holding back new findings until they persist (kube-proxy may not have synced yet)", "held", held, "grace", c.cfg.Settle.Grace)
+	}
+	return out
 }
 
 func (c *Checker) proxyMode(ctx context.Context) (string, bool) {

@@ -6,10 +6,12 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
@@ -98,4 +100,44 @@ func tableLink(tbl ipvs.Table) kubeproxy.Link {
 		l.Addrs = append(l.Addrs, e.Virtual.Address)
 	}
 	return l
+}
+
+// TestSettleHoldsKubeProxyLag: a Service kube-proxy has not programmed yet
+// is not reported until its virtual server stays missing for the grace
+// period; one that appears in time is never reported.
+func TestSettleHoldsKubeProxyLag(t *testing.T) {
+	clk := testingclock.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	svcs, eps, tbl := churnCluster(3, false)
+	lagging := ipvstest.NewFake(tbl[:4]) // lb-2's two virtual servers are not programmed yet
+	c, err := NewChecker(Config{IPVS: lagging, NodeName: node, Cluster: fakeCluster{svcs: svcs, eps: eps},
+		ReadLink:  func(string) (kubeproxy.Link, error) { return tableLink(tbl), nil },
+		Scheduler: func(context.Context) (string, string) { return "lc", kubeproxy.FromConfigz },
+		Settle:    &check.Settler{Grace: 30 * time.Second, Clock: clk}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		advance time.Duration
+		program bool
+		want    string
+	}{
+		{0, false, ReasonOK},
+		{20 * time.Second, false, ReasonOK},
+		{10 * time.Second, false, ReasonVirtualServerMissing},
+		{time.Second, true, ReasonOK},
+		{time.Hour, true, ReasonOK},
+	}
+	for i, st := range steps {
+		clk.SetTime(clk.Now().Add(st.advance))
+		if st.program {
+			lagging.SetTable(tbl)
+		}
+		res, err := c.Run(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Reason != st.want {
+			t.Errorf("step %d: %s/%s %s, want %s", i, res.Status, res.Reason, res.Message, st.want)
+		}
+	}
 }
