@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -44,11 +43,11 @@ func (o *checkOptions) diagnoseClusterView(ctx context.Context, cs kubernetes.In
 		return nil, fmt.Errorf("loading --kubeconfig %s: %w", o.kubeconfig, err)
 	}
 	cfg.Timeout = kubeAPITimeout
-	dyn, err := dynamic.NewForConfig(cfg)
+	_, dyn, meta, err := clusterClients(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("building a dynamic client from --kubeconfig %s: %w", o.kubeconfig, err)
+		return nil, fmt.Errorf("--kubeconfig %s: %w", o.kubeconfig, err)
 	}
-	view := agent.NewClusterView(o.node(), cs, dyn)
+	view := agent.NewClusterView(o.node(), cs, dyn, meta)
 	sctx, cancel := context.WithTimeout(ctx, kubeAPITimeout)
 	defer cancel()
 	if err := view.Sync(sctx); err != nil {

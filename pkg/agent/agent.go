@@ -246,12 +246,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer a.queue.ShutDown()
 
 	if a.view != nil {
-		a.view.factory.Start(ctx.Done())
-		defer a.view.factory.Shutdown()
+		a.view.start(ctx.Done())
+		defer a.view.shutdown()
 		a.discoverL2(ctx)
-		if a.view.dynFactory != nil {
-			defer a.view.dynFactory.Shutdown()
-		}
 	}
 
 	var dirs *dirWatcher

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 
@@ -174,7 +175,7 @@ func startAgent(t *testing.T, s *apiservertest.Server, node string, o agentOptio
 	if o.metallb {
 		dyn = dynamic.NewForConfigOrDie(cfg)
 	}
-	view := NewClusterView(node, cs, dyn)
+	view := NewClusterView(node, cs, dyn, metadata.NewForConfigOrDie(cfg))
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {

@@ -64,7 +64,7 @@ func (v *ClusterView) startL2(ctx context.Context, onChange func()) {
 // starts the informers (stopped when ctx ends), looks for MetalLB's
 // ServiceL2Status, and waits until every cache holds its first list.
 func (v *ClusterView) Sync(ctx context.Context) error {
-	v.factory.Start(ctx.Done())
+	v.start(ctx.Done())
 	v.startL2(ctx, nil)
 	if !cache.WaitForCacheSync(ctx.Done(), v.HasSynced) {
 		return fmt.Errorf("listing Services, Nodes and ServiceL2Statuses: %w", context.Cause(ctx))

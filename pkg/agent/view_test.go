@@ -12,7 +12,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/metadata"
+	metadatafake "k8s.io/client-go/metadata/fake"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -47,13 +50,13 @@ func TestClusterView(t *testing.T) {
 		node("b", true, `{"eth0":"02:00:00:00:00:0b","eth1":"02:00:00:00:01:0b"}`),
 		node("c", false, `not json`),
 	)
-	v := NewClusterView("a", cs, nil)
+	v := NewClusterView("a", cs, nil, metaOf(cs))
 	if _, err := v.LoadBalancerIngresses(); !errors.Is(err, ErrNotSynced) {
 		t.Errorf("before sync: %v, want ErrNotSynced", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	v.factory.Start(ctx.Done())
-	defer v.factory.Shutdown() // after cancel: Shutdown waits for the informers to stop
+	v.start(ctx.Done())
+	defer v.shutdown() // after cancel: Shutdown waits for the informers to stop
 	defer cancel()
 	if !cache.WaitForCacheSync(ctx.Done(), v.HasSynced) {
 		t.Fatal("caches did not sync")
@@ -69,9 +72,9 @@ func TestClusterView(t *testing.T) {
 	if diff := cmp.Diff([]string{"192.0.2.3 default/web", "192.0.2.10 other/dns", "192.0.2.20 default/web"}, got); diff != "" {
 		t.Errorf("ingresses (-want +got):\n%s", diff)
 	}
-	ready, _ := v.ReadyNodes()
-	if diff := cmp.Diff([]string{"a", "b"}, ready); diff != "" {
-		t.Errorf("ready (-want +got):\n%s", diff)
+	peers, _ := v.Peers() // c's annotation is not JSON
+	if diff := cmp.Diff([]string{"a", "b"}, peers); diff != "" {
+		t.Errorf("peers (-want +got):\n%s", diff)
 	}
 	mac, _ := net.ParseMAC("02:00:00:00:01:0B")
 	if n, ifc, ok := v.NodeForMAC(mac); !ok || n != "b" || ifc != "eth1" {
@@ -88,6 +91,21 @@ func TestClusterView(t *testing.T) {
 	if err != nil || own.Name != "a" || own.Status.Images != nil {
 		t.Errorf("own node = %+v, %v (images must be stripped)", own, err)
 	}
+}
+
+// metaOf serves the Nodes of cs as PartialObjectMetadata, as the API
+// server's metadata-only watches do.
+func metaOf(cs *fake.Clientset) metadata.Interface {
+	scheme := runtime.NewScheme()
+	_ = metav1.AddMetaToScheme(scheme)
+	nodes, _ := cs.Tracker().List(corev1.SchemeGroupVersion.WithResource("nodes"), corev1.SchemeGroupVersion.WithKind("Node"), "")
+	var out []runtime.Object
+	if l, ok := nodes.(*corev1.NodeList); ok {
+		for _, n := range l.Items {
+			out = append(out, &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}, ObjectMeta: *n.ObjectMeta.DeepCopy()})
+		}
+	}
+	return metadatafake.NewSimpleMetadataClient(scheme, out...)
 }
 
 func TestMACsRoundTrip(t *testing.T) {
