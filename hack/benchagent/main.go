@@ -63,8 +63,24 @@ func main() {
 		services = flag.Int("services", 1000, "LoadBalancer Services in the cluster")
 		trials   = flag.Int("trials", 20, "latency trials per path and direction")
 		idle     = flag.Duration("idle", 60*time.Second, "idle window for RSS, CPU and writes")
+
+		scale  = flag.Bool("scale", false, "the scale run instead: simulated nodes, churn, many agents (hack/bench-scale.sh)")
+		nodes  = flag.Int("nodes", 1000, "scale: simulated Nodes")
+		agents = flag.Int("agents", 20, "scale: real agents, on the first nodes")
+		churn  = flag.Float64("churn", 1, "scale: Services created (and as many deleted and scaled) per second")
+		window = flag.Duration("window", 2*time.Minute, "scale: each measurement window (baseline, then with agents)")
+		status = flag.Duration("status-period", 5*time.Minute, "scale: each simulated kubelet's node status report period")
+		maxRSS = flag.Float64("max-rss-mib", 0, "scale: fail when an agent's RSS exceeds this (0: no limit)")
 	)
 	flag.Parse()
+	if *scale {
+		if err := runScale(scaleOptions{binary: *binary, hostTree: *hostTree, nodes: *nodes, services: *services, agents: *agents,
+			churnPerSecond: *churn, window: *window, statusPeriod: *status, maxRSSMiB: *maxRSS}); err != nil {
+			fmt.Fprintln(os.Stderr, "error:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*binary, *hostTree, *services, *trials, *idle); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
@@ -409,6 +425,12 @@ func rssKiB(pid int) (rss, hwm int64) {
 
 // agentWrites returns "verb resource/subresource" for every write the agent made.
 func agentWrites(auditLog string) ([]string, error) {
+	return auditWrites(auditLog, func(user, _ string) bool { return user == agentUser })
+}
+
+// auditWrites returns "verb resource/subresource" for every audited write
+// whose user and user agent keep accepts.
+func auditWrites(auditLog string, keep func(user, userAgent string) bool) ([]string, error) {
 	f, err := os.Open(auditLog)
 	if err != nil {
 		return nil, err
@@ -421,11 +443,12 @@ func agentWrites(auditLog string) ([]string, error) {
 		var ev struct {
 			Verb      string                    `json:"verb"`
 			User      struct{ Username string } `json:"user"`
+			UserAgent string                    `json:"userAgent"`
 			ObjectRef struct {
 				Resource, Subresource, Namespace string
 			} `json:"objectRef"`
 		}
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.User.Username != agentUser {
+		if json.Unmarshal(sc.Bytes(), &ev) != nil || !keep(ev.User.Username, ev.UserAgent) {
 			continue
 		}
 		r := ev.ObjectRef.Resource
