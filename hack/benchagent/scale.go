@@ -199,7 +199,9 @@ func svcName(i int) string { return fmt.Sprintf("lb-%05d", i) }
 func createLBService(ctx context.Context, cs kubernetes.Interface, i int) error {
 	svc, err := cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: svcName(i), Annotations: map[string]string{"metallb.universe.tf/ip-allocated-from-pool": "bench"}},
-		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+		// No node ports (MetalLB's layer 2 needs none): 5,000 would not fit the range.
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, AllocateLoadBalancerNodePorts: ptr(false),
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		return err
