@@ -120,7 +120,7 @@ func NewClusterView(nodeName string, client kubernetes.Interface, dyn dynamic.In
 	sf := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ProxiedEndpointSlices }))
 	eps := sf.Discovery().V1().EndpointSlices()
-	_ = eps.Informer().SetTransform(stripManagedFields)
+	_ = eps.Informer().SetTransform(stripEndpointSlice)
 	of := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", nodeName).String()

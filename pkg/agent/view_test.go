@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -115,5 +116,35 @@ func TestMACsRoundTrip(t *testing.T) {
 	}
 	if _, err := DecodeMACs("{"); err == nil {
 		t.Error("DecodeMACs accepted malformed input")
+	}
+}
+
+// TestStripKeepsWhatChecksRead: the cache transforms drop what no check
+// reads and keep what they do.
+func TestStripKeepsWhatChecksRead(t *testing.T) {
+	svc := lbService("default", "web", "192.0.2.20")
+	svc.Annotations = map[string]string{"metallb.universe.tf/ip-allocated-from-pool": "p", corev1.LastAppliedConfigAnnotation: "{}"}
+	svc.Labels = map[string]string{"app": "web", serviceProxyNameLabel: "other"}
+	got, _ := stripService(svc)
+	want := lbService("default", "web", "192.0.2.20")
+	want.Labels = map[string]string{serviceProxyNameLabel: "other"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("service (-want +got):\n%s", diff)
+	}
+
+	ready, node, zone := true, "a", "z1"
+	sl := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-x", Labels: map[string]string{discoveryv1.LabelServiceName: "web", "endpointslice.kubernetes.io/managed-by": "x"},
+			Annotations: map[string]string{"a": "b"}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}, NodeName: &node, Zone: &zone,
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web-1"}}},
+	}
+	gotSl, _ := stripEndpointSlice(sl)
+	wantSl := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-x", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		Endpoints:  []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}, NodeName: &node}},
+	}
+	if diff := cmp.Diff(wantSl, gotSl); diff != "" {
+		t.Errorf("endpoint slice (-want +got):\n%s", diff)
 	}
 }
