@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
+	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
 )
 
 // scaleOptions size the scale run.
@@ -34,6 +36,20 @@ type scaleOptions struct {
 	statusPeriod     time.Duration
 	maxRSSMiB        float64
 }
+
+// scaleAuditPolicy records every write; Node metadata patches with their
+// body, to tell what a MAC annotation write changed.
+const scaleAuditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Request
+    verbs: ["patch"]
+    resources: [{group: "", resources: ["nodes"]}]
+  - level: Metadata
+    verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  - level: None
+`
 
 // runScale is the scale measurement: a real API server with simulated
 // nodes (Node objects whose status is rewritten every statusPeriod, as
@@ -51,7 +67,7 @@ func runScale(o scaleOptions) error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	s, err := apiservertest.StartServer(ctx, apiservertest.Options{Dir: filepath.Join(work, "api"), AuditPolicy: auditPol})
+	s, err := apiservertest.StartServer(ctx, apiservertest.Options{Dir: filepath.Join(work, "api"), AuditPolicy: scaleAuditPolicy})
 	if err != nil {
 		return err
 	}
@@ -149,8 +165,13 @@ func simNode(i int) string { return fmt.Sprintf("sim-%04d", i) }
 
 // createSimNode registers a node as kubelet does: Ready, node info, images.
 func createSimNode(ctx context.Context, cs kubernetes.Interface, i int) error {
+	// Every simulated node publishes MACs as its own agent would, so the
+	// ARP probes are sharded over all of them as in a cluster where every
+	// node runs ipvs-guard (each real agent probes its share only).
+	macs := agent.EncodeMACs(map[string]string{"eth0": fmt.Sprintf("02:5c:00:%02x:%02x:%02x", i>>16&0xff, i>>8&0xff, i&0xff)})
 	n, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: simNode(i),
-		Labels: map[string]string{"kubernetes.io/hostname": simNode(i), "kubernetes.io/os": "linux", "node-role.kubernetes.io/worker": "true"}}},
+		Labels:      map[string]string{"kubernetes.io/hostname": simNode(i), "kubernetes.io/os": "linux", "node-role.kubernetes.io/worker": "true"},
+		Annotations: map[string]string{agent.MACsAnnotation: macs}}},
 		metav1.CreateOptions{})
 	if err != nil {
 		return err
@@ -321,6 +342,7 @@ type sample struct {
 	window             time.Duration
 	nodeWrites, writes []string // by the agents: conditions (nodes/status), all
 	macWrites          []string // by the agents: the MAC annotation (nodes)
+	macValues          []string // the distinct annotation values they wrote
 	watchEvents        map[string]float64
 	watchBytes         map[string]float64
 	cpuMillicores      []float64 // per pid of the measured processes (api, etcd)
@@ -372,6 +394,9 @@ func measure(ctx context.Context, cs kubernetes.Interface, auditLog string, wind
 		return sample{}, err
 	}
 	out.writes = w1[len(w0):]
+	if out.macValues, err = macValues(auditLog, len(w0)); err != nil {
+		return sample{}, err
+	}
 	for _, w := range out.writes {
 		switch strings.Fields(w)[1] {
 		case "nodes/status":
@@ -429,6 +454,39 @@ func scaleAgentWrites(auditLog string) ([]string, error) {
 	return auditWrites(auditLog, func(_, userAgent string) bool { return strings.HasPrefix(userAgent, "ipvs-guard") })
 }
 
+// macValues returns the distinct MAC annotation values the agents patched,
+// skipping their first skip writes.
+func macValues(auditLog string, skip int) ([]string, error) {
+	b, err := os.ReadFile(auditLog)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []string
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		var ev struct {
+			UserAgent     string `json:"userAgent"`
+			RequestObject struct {
+				Metadata struct {
+					Annotations map[string]string `json:"annotations"`
+				} `json:"metadata"`
+			} `json:"requestObject"`
+		}
+		if json.Unmarshal([]byte(line), &ev) != nil || !strings.HasPrefix(ev.UserAgent, "ipvs-guard") {
+			continue
+		}
+		n++
+		v, ok := ev.RequestObject.Metadata.Annotations[agent.MACsAnnotation]
+		if n <= skip || !ok || seen[v] {
+			continue
+		}
+		seen[v] = true
+		out = append(out, v)
+	}
+	return out, nil
+}
+
 func sum(m map[string]float64) float64 {
 	t := 0.0
 	for _, v := range m {
@@ -471,6 +529,9 @@ func report(o scaleOptions, base, with sample) error {
 	fmt.Printf("  agent writes in the window: %d (%s)\n", len(with.writes), summarize(with.writes))
 	fmt.Printf("  Node condition writes: %d => %.1f per agent per hour\n", len(with.nodeWrites), perHour(float64(len(with.nodeWrites)), with.window)/float64(o.agents))
 	fmt.Printf("  MAC annotation writes: %d (every agent runs on this one host: its interfaces with an IPv4 address, which other tests add and remove, are what they publish)\n", len(with.macWrites))
+	for _, v := range with.macValues {
+		fmt.Printf("    published: %s\n", v)
+	}
 	cpuAvg, cpuMax := stats(with.agentCPU)
 	rssAvg, rssMax := stats(with.agentRSS)
 	fmt.Printf("  agent CPU avg %.1f / max %.1f millicores; RSS avg %.1f / max %.1f MiB (%d Nodes, %d Services cached)\n",
