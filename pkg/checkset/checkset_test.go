@@ -73,15 +73,19 @@ func TestBuild(t *testing.T) {
 			wantARP:  "error: ",
 		},
 		{
-			name:      "diagnose with a cluster lists it once for the arp check",
-			cluster:   func(cs *fake.Clientset) *Cluster { return &Cluster{Client: cs, Dynamic: fakeDynamic(), Metadata: fakeMetadata()} },
+			name: "diagnose with a cluster lists it once for the arp check",
+			cluster: func(cs *fake.Clientset) *Cluster {
+				return &Cluster{Client: cs, Dynamic: fakeDynamic(), Metadata: fakeMetadata()}
+			},
 			wantLists: []string{"endpointslices", "nodes", "services"},
 			wantARP:   "NoTargets",
 		},
 		{
 			name:     "probe IPs: the cluster is not listed for the arp check",
 			probeIPs: []string{"192.0.2.1"},
-			cluster:  func(cs *fake.Clientset) *Cluster { return &Cluster{Client: cs, Dynamic: fakeDynamic(), Metadata: fakeMetadata()} },
+			cluster: func(cs *fake.Clientset) *Cluster {
+				return &Cluster{Client: cs, Dynamic: fakeDynamic(), Metadata: fakeMetadata()}
+			},
 		},
 		{
 			name: "a cluster that cannot be listed fails only the arp check",
