@@ -35,6 +35,11 @@ const (
 	DefaultResyncPeriod        = time.Minute
 	DefaultCheckTimeout        = time.Minute
 	DefaultInitialPublishDelay = 10 * time.Second
+	// DefaultClusterCoalesce is how long a check woken by a cluster change
+	// (a Service, a ServiceL2Status) waits for more: under churn every
+	// node then runs it about once a second, not once per watch event,
+	// and a kernel event still wakes its check at once.
+	DefaultClusterCoalesce = time.Second
 )
 
 // Publisher receives the desired Node state; nodestatus.Manager implements
@@ -74,6 +79,9 @@ type Config struct {
 	WatchUevents bool
 	// MACs returns this node's interface MACs for MACsAnnotation; nil publishes none.
 	MACs func() (map[string]string, error)
+	// ClusterCoalesce delays the checks a cluster change wakes, so a burst
+	// of changes runs them once (default DefaultClusterCoalesce).
+	ClusterCoalesce time.Duration
 }
 
 // Agent is the node reconcile loop. Build it with New, then call Run once.
@@ -107,6 +115,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.InitialPublishDelay <= 0 {
 		cfg.InitialPublishDelay = DefaultInitialPublishDelay
+	}
+	if cfg.ClusterCoalesce <= 0 {
+		cfg.ClusterCoalesce = DefaultClusterCoalesce
 	}
 	a := &Agent{cfg: cfg, checkers: map[Key]check.Checker{}}
 	for _, c := range cfg.Checkers {
@@ -160,17 +171,17 @@ func (a *Agent) addHandlers() {
 	_, _ = a.view.svcInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if isLB(obj) {
-				a.enqueue(lbKeys...)
+				a.enqueueCoalesced(lbKeys...)
 			}
 		},
 		UpdateFunc: func(old, cur any) {
 			if isLB(old) || isLB(cur) {
-				a.enqueue(lbKeys...)
+				a.enqueueCoalesced(lbKeys...)
 			}
 		},
 		DeleteFunc: func(obj any) {
 			if isLB(obj) {
-				a.enqueue(lbKeys...)
+				a.enqueueCoalesced(lbKeys...)
 			}
 		},
 	})
@@ -250,6 +261,16 @@ func (a *Agent) enqueue(keys ...Key) {
 	for _, k := range keys {
 		if k == KeyNode || a.checkers[k] != nil {
 			a.queue.Add(k)
+		}
+	}
+}
+
+// enqueueCoalesced adds keys after ClusterCoalesce; a key already waiting
+// keeps its earlier time, so a burst of changes runs each check once.
+func (a *Agent) enqueueCoalesced(keys ...Key) {
+	for _, k := range keys {
+		if a.checkers[k] != nil {
+			a.queue.AddAfter(k, a.cfg.ClusterCoalesce)
 		}
 	}
 }
@@ -361,7 +382,7 @@ func (a *Agent) initialPublishTimer(ctx context.Context) {
 // discoverL2 starts the ServiceL2Status informer once discovery shows the
 // CRD; its changes wake the ARP check.
 func (a *Agent) discoverL2(ctx context.Context) {
-	a.view.startL2(ctx, func() { a.enqueue(check.NameARP) })
+	a.view.startL2(ctx, func() { a.enqueueCoalesced(check.NameARP) })
 }
 
 func (a *Agent) processNextWorkItem(ctx context.Context) bool {
