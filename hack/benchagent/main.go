@@ -63,6 +63,7 @@ func main() {
 		services = flag.Int("services", 1000, "LoadBalancer Services in the cluster")
 		trials   = flag.Int("trials", 20, "latency trials per path and direction")
 		idle     = flag.Duration("idle", 60*time.Second, "idle window for RSS, CPU and writes")
+		spacing  = flag.Duration("spacing", time.Second, "pause after each latency trial")
 
 		scale  = flag.Bool("scale", false, "the scale run instead: simulated nodes, churn, many agents (hack/bench-scale.sh)")
 		nodes  = flag.Int("nodes", 1000, "scale: simulated Nodes")
@@ -73,6 +74,7 @@ func main() {
 		maxRSS = flag.Float64("max-rss-mib", 0, "scale: fail when an agent's RSS exceeds this (0: no limit)")
 	)
 	flag.Parse()
+	trialSpacing = *spacing
 	if *scale {
 		if err := runScale(scaleOptions{binary: *binary, hostTree: *hostTree, nodes: *nodes, services: *services, agents: *agents,
 			churnPerSecond: *churn, window: *window, statusPeriod: *status, maxRSSMiB: *maxRSS}); err != nil {
@@ -385,11 +387,11 @@ const (
 	pathUevent  = "uevent"
 )
 
-// trialSpacing separates trials. Each flip costs the agent two requests
-// (the status patch and its Event); client-go's token bucket (5 QPS, burst
-// 10) refills one token per 200 ms, so 1 s between flips keeps it full and
-// the rate limiter out of what is measured.
-const trialSpacing = time.Second
+// trialSpacing separates trials (-spacing). Each flip costs the agent up
+// to two requests (the status patch and its Event); client-go's token bucket
+// (5 QPS, burst 10) refills one token per 200 ms, so 1 s between flips keeps
+// it full and the rate limiter out of what is measured.
+var trialSpacing = time.Second
 
 // flip runs act and returns how long until the condition shows status.
 func flip(c *condWatcher, status string, spans *[]span, path string, act func() error) (time.Duration, error) {

@@ -141,7 +141,7 @@ func newShared(cfg Config) shared {
 	// last one of them gave, else rr.
 	sources := []kubeproxy.SchedulerSource{kubeproxy.ConfigzScheduler(s.kubeProxy)}
 	if c := cfg.Cluster; c != nil && c.Client != nil {
-		sources = append(sources, kubeproxy.ConfigMapScheduler(c.Client))
+		sources = append(sources, kubeproxy.Cached(kubeproxy.ConfigMapScheduler(c.Client), kubeproxy.ConfigMapTTL, nil))
 		s.kubeProxyVersion = kubeproxy.NodeVersion(c.Client, cfg.NodeName)
 		if c.View != nil {
 			s.services = c.View.IPVSCluster()
