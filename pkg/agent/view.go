@@ -84,8 +84,8 @@ type ClusterView struct {
 	l2Synced cache.InformerSynced
 }
 
-// NodesResource is the Nodes resource, watched metadata-only.
-var NodesResource = corev1.SchemeGroupVersion.WithResource("nodes")
+// nodesResource is the Nodes resource, watched metadata-only.
+var nodesResource = corev1.SchemeGroupVersion.WithResource("nodes")
 
 // ProxiedEndpointSlices selects the EndpointSlices kube-proxy programs, as
 // kube-proxy's own informers do: not those of headless Services (no virtual
@@ -128,7 +128,7 @@ func NewClusterView(nodeName string, client kubernetes.Interface, dyn dynamic.In
 	own := of.Core().V1().Nodes()
 	_ = own.Informer().SetTransform(stripNode)
 	mf := metadatainformer.NewSharedInformerFactory(meta, 0)
-	peers := mf.ForResource(NodesResource)
+	peers := mf.ForResource(nodesResource)
 	_ = peers.Informer().SetTransform(stripPeer)
 	v := &ClusterView{
 		nodeName: nodeName, client: client, factory: f, sliceFactory: sf, ownFactory: of, metaFactory: mf,
