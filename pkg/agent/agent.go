@@ -12,6 +12,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -34,6 +35,11 @@ const (
 	DefaultResyncPeriod        = time.Minute
 	DefaultCheckTimeout        = time.Minute
 	DefaultInitialPublishDelay = 10 * time.Second
+	// DefaultClusterCoalesce is how long a check woken by a cluster change
+	// (a Service, a ServiceL2Status) waits for more: under churn every
+	// node then runs it about once a second, not once per watch event,
+	// and a kernel event still wakes its check at once.
+	DefaultClusterCoalesce = time.Second
 )
 
 // Publisher receives the desired Node state; nodestatus.Manager implements
@@ -73,6 +79,9 @@ type Config struct {
 	WatchUevents bool
 	// MACs returns this node's interface MACs for MACsAnnotation; nil publishes none.
 	MACs func() (map[string]string, error)
+	// ClusterCoalesce delays the checks a cluster change wakes, so a burst
+	// of changes runs them once (default DefaultClusterCoalesce).
+	ClusterCoalesce time.Duration
 }
 
 // Agent is the node reconcile loop. Build it with New, then call Run once.
@@ -106,6 +115,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.InitialPublishDelay <= 0 {
 		cfg.InitialPublishDelay = DefaultInitialPublishDelay
+	}
+	if cfg.ClusterCoalesce <= 0 {
+		cfg.ClusterCoalesce = DefaultClusterCoalesce
 	}
 	a := &Agent{cfg: cfg, checkers: map[Key]check.Checker{}}
 	for _, c := range cfg.Checkers {
@@ -161,17 +173,17 @@ func (a *Agent) addHandlers() {
 	_, _ = a.view.svcInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if isLB(obj) {
-				a.enqueue(lbKeys...)
+				a.enqueueCoalesced(lbKeys...)
 			}
 		},
 		UpdateFunc: func(old, cur any) {
 			if isLB(old) || isLB(cur) {
-				a.enqueue(lbKeys...)
+				a.enqueueCoalesced(lbKeys...)
 			}
 		},
 		DeleteFunc: func(obj any) {
 			if isLB(obj) {
-				a.enqueue(lbKeys...)
+				a.enqueueCoalesced(lbKeys...)
 			}
 		},
 	})
@@ -198,13 +210,40 @@ func isLB(obj any) bool {
 	return ok && s.Spec.Type == corev1.ServiceTypeLoadBalancer
 }
 
-// stripService drops what the agent never reads, to keep the cache small.
+// stripService drops what the agent never reads, to keep the cache small:
+// managed fields, annotations and every label but the proxy name kube-proxy
+// honours.
 func stripService(obj any) (any, error) {
 	if s, ok := obj.(*corev1.Service); ok {
 		s.ManagedFields = nil
-		delete(s.Annotations, corev1.LastAppliedConfigAnnotation)
+		s.Annotations = nil
+		s.Labels = keepLabel(s.Labels, serviceProxyNameLabel)
 	}
 	return obj, nil
+}
+
+// stripEndpointSlice keeps what the ipvs check reads: the Service name
+// label, ports, and each endpoint's addresses, conditions and node.
+func stripEndpointSlice(obj any) (any, error) {
+	if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
+		s.ManagedFields = nil
+		s.Annotations = nil
+		s.Labels = keepLabel(s.Labels, discoveryv1.LabelServiceName)
+		for i := range s.Endpoints {
+			e := &s.Endpoints[i]
+			e.TargetRef, e.Hints, e.Zone, e.Hostname, e.DeprecatedTopology = nil, nil, nil, nil, nil
+		}
+	}
+	return obj, nil
+}
+
+// keepLabel returns labels reduced to key (nil when absent).
+func keepLabel(labels map[string]string, key string) map[string]string {
+	v, ok := labels[key]
+	if !ok {
+		return nil
+	}
+	return map[string]string{key: v}
 }
 
 // stripNode keeps metadata (annotations carry MACs), spec and conditions;
@@ -224,6 +263,16 @@ func (a *Agent) enqueue(keys ...Key) {
 	for _, k := range keys {
 		if k == KeyNode || a.checkers[k] != nil {
 			a.queue.Add(k)
+		}
+	}
+}
+
+// enqueueCoalesced adds keys after ClusterCoalesce; a key already waiting
+// keeps its earlier time, so a burst of changes runs each check once.
+func (a *Agent) enqueueCoalesced(keys ...Key) {
+	for _, k := range keys {
+		if a.checkers[k] != nil {
+			a.queue.AddAfter(k, a.cfg.ClusterCoalesce)
 		}
 	}
 }
@@ -248,12 +297,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer a.queue.ShutDown()
 
 	if a.view != nil {
-		a.view.factory.Start(ctx.Done())
-		defer a.view.factory.Shutdown()
+		a.view.start(ctx.Done())
+		defer a.view.shutdown()
 		a.discoverL2(ctx)
-		if a.view.dynFactory != nil {
-			defer a.view.dynFactory.Shutdown()
-		}
 	}
 
 	var dirs *dirWatcher
@@ -338,7 +384,7 @@ func (a *Agent) initialPublishTimer(ctx context.Context) {
 // discoverL2 starts the ServiceL2Status informer once discovery shows the
 // CRD; its changes wake the ARP check.
 func (a *Agent) discoverL2(ctx context.Context) {
-	a.view.startL2(ctx, func() { a.enqueue(check.NameARP) })
+	a.view.startL2(ctx, func() { a.enqueueCoalesced(check.NameARP) })
 }
 
 func (a *Agent) processNextWorkItem(ctx context.Context) bool {

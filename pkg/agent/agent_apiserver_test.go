@@ -236,7 +236,7 @@ func TestClusterViewAgainstAPIServer(t *testing.T) {
 	s := apiservertest.Start(t, apiservertest.Options{})
 	admin := kubernetes.NewForConfigOrDie(s.AdminConfig())
 	ctx := context.Background()
-	for _, name := range []string{"node-a", "node-b"} {
+	for _, name := range []string{"node-a", "node-b", "node-c"} {
 		createNode(t, admin, name)
 	}
 	if _, err := admin.CoreV1().Nodes().Patch(ctx, "node-b", "application/merge-patch+json",
@@ -253,7 +253,8 @@ func TestClusterViewAgainstAPIServer(t *testing.T) {
 	if _, err := admin.CoreV1().Services("default").UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	u := startAgent(t, s, "node-a", agentOptions{checks: allFakeChecks(), resync: time.Second})
+	u := startAgent(t, s, "node-a", agentOptions{checks: allFakeChecks(), resync: time.Second,
+		macs: func() (map[string]string, error) { return map[string]string{"eth0": "02:00:00:00:00:0a"}, nil }})
 	v := u.agent.View()
 	eventually(t, 10*time.Second, "LB ingress in the view", func() bool {
 		ips, err := v.LoadBalancerIngresses()
@@ -263,10 +264,12 @@ func TestClusterViewAgainstAPIServer(t *testing.T) {
 	if ips[0].IP.String() != "192.0.2.10" || ips[0].Service.String() != "default/web" {
 		t.Errorf("ingress = %+v", ips[0])
 	}
-	ready, err := v.ReadyNodes()
-	if err != nil || !cmp.Equal(ready, []string{"node-a", "node-b"}) {
-		t.Errorf("ReadyNodes = %v, %v", ready, err)
-	}
+	// The peers are the nodes that published their MACs (node-c runs no agent),
+	// seen through the metadata-only Node watch.
+	eventually(t, 10*time.Second, "peers node-a and node-b", func() bool {
+		peers, err := v.Peers()
+		return err == nil && cmp.Equal(peers, []string{"node-a", "node-b"})
+	})
 	mac, _ := parseMAC("02:00:00:00:00:0B")
 	if n, ifc, ok := v.NodeForMAC(mac); !ok || n != "node-b" || ifc != "eth0" {
 		t.Errorf("NodeForMAC = %q %q %v", n, ifc, ok)

@@ -16,7 +16,7 @@ import (
 // NDP), each with the announcing
 // node (ServiceL2Status) and the MACs that node published. An IP this node
 // announces itself is never judged by it. With k > 0 the IPs are sharded by
-// rendezvous hashing over the Ready nodes so that each is probed by k nodes
+// rendezvous hashing over the peers (the nodes running ipvs-guard) so that each is probed by k nodes
 // (the agent); with k <= 0 every IP is probed (a one-shot diagnose).
 func (v *ClusterView) ARPTargets(k int) arpcheck.TargetSource {
 	return func(context.Context) ([]arpcheck.Target, error) {
@@ -26,11 +26,11 @@ func (v *ClusterView) ARPTargets(k int) arpcheck.TargetSource {
 		}
 		var assign *shard.Assigner
 		if k > 0 {
-			ready, err := v.ReadyNodes()
+			peers, err := v.Peers()
 			if err != nil {
 				return nil, err
 			}
-			assign = shard.NewAssigner(ready, k)
+			assign = shard.NewAssigner(peers, k)
 		}
 		var out []arpcheck.Target
 		for _, in := range ings {

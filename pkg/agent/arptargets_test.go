@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -43,6 +44,9 @@ func TestSyncAndARPTargets(t *testing.T) {
 		node("b", true, `{"eth0":"02:00:00:00:00:0b"}`),
 		node("c", true, ""),
 		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}}},
+		// Not watched: kube-proxy programs neither (ProxiedEndpointSlices).
+		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "headless-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "headless", corev1.IsHeadlessService: ""}}},
+		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "other-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "other", serviceProxyNameLabel: "cilium"}}},
 	)
 	cs.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{{
 		GroupVersion: ServiceL2StatusGVR.GroupVersion().String(),
@@ -53,10 +57,9 @@ func TestSyncAndARPTargets(t *testing.T) {
 		l2Status("l2-web", "b", "default", "web"),
 		l2Status("l2-mine", "a", "default", "mine"),
 	)
-	v := NewClusterView("a", cs, dyn)
+	v := NewClusterView("a", cs, dyn, metaOf(cs))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer v.factory.Shutdown()
-	defer v.dynFactory.Shutdown()
+	defer v.shutdown()
 	defer cancel()
 	if err := v.Sync(ctx); err != nil {
 		t.Fatalf("Sync: %v", err)
@@ -96,8 +99,9 @@ func TestSyncAndARPTargets(t *testing.T) {
 		t.Errorf("unsharded targets (-want +got):\n%s", diff)
 	}
 
-	// Sharded to one prober per IP: exactly the IPs the assigner gives node a.
-	assign := shard.NewAssigner([]string{"a", "b", "c"}, 1)
+	// Sharded to one prober per IP over the peers (c runs no agent: it
+	// published no MACs): exactly the IPs the assigner gives node a.
+	assign := shard.NewAssigner([]string{"a", "b"}, 1)
 	var wantSharded []string
 	for _, w := range want {
 		if slices.Contains(assign.Probers(shard.IP{Addr: netip.MustParseAddr(w.IP), Announcer: w.Node}), "a") {

@@ -12,7 +12,7 @@
 // API server being down never stops local checks or remediation.
 //
 // ClusterView is the read-only view of cluster state (LoadBalancer ingress
-// IPs, their announcing node, Ready nodes, node MACs) that checks such as the
+// IPs, their announcing node, peers (nodes that run ipvs-guard), node MACs) that checks such as the
 // ARP prober read from the informer caches.
 //
 // It must not implement checks or write to the API server itself: checks

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 
@@ -156,18 +157,25 @@ type agentOptions struct {
 	uevents bool
 	// metallb watches ServiceL2Status through a dynamic client.
 	metallb bool
+	// real, when set, adds real checkers built over the agent's view.
+	real func(v *ClusterView) []check.Checker
+	// userAgent, when set, is the agent's client's User-Agent (the audit log names it).
+	userAgent string
 }
 
 func startAgent(t *testing.T, s *apiservertest.Server, node string, o agentOptions) *agentUnderTest {
 	t.Helper()
 	log := &requestLog{}
 	cfg := log.wrap(s.AdminConfig())
+	if o.userAgent != "" {
+		cfg.UserAgent = o.userAgent
+	}
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	var dyn dynamic.Interface
 	if o.metallb {
 		dyn = dynamic.NewForConfigOrDie(cfg)
 	}
-	view := NewClusterView(node, cs, dyn)
+	view := NewClusterView(node, cs, dyn, metadata.NewForConfigOrDie(cfg))
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
@@ -181,8 +189,12 @@ func startAgent(t *testing.T, s *apiservertest.Server, node string, o agentOptio
 	if err != nil {
 		t.Fatal(err)
 	}
+	cks := checkers(o.checks)
+	if o.real != nil {
+		cks = append(cks, o.real(view)...)
+	}
 	a, err := New(Config{
-		NodeName: node, Checkers: checkers(o.checks), Publisher: mgr, View: view,
+		NodeName: node, Checkers: cks, Publisher: mgr, View: view,
 		ResyncPeriod: o.resync, InitialPublishDelay: 5 * time.Second,
 		MACs: o.macs, ModulesLoadDirs: o.dirs, WatchUevents: o.uevents,
 	})

@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
@@ -42,12 +41,7 @@ func (v *ClusterView) startL2(ctx context.Context, onChange func()) {
 		return
 	}
 	inf := v.dynFactory.ForResource(ServiceL2StatusGVR)
-	_ = inf.Informer().SetTransform(func(obj any) (any, error) {
-		if m, ok := obj.(metav1.Object); ok {
-			m.SetManagedFields(nil)
-		}
-		return obj, nil
-	})
+	_ = inf.Informer().SetTransform(stripManagedFields)
 	if onChange != nil {
 		_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { onChange() },
@@ -64,7 +58,7 @@ func (v *ClusterView) startL2(ctx context.Context, onChange func()) {
 // starts the informers (stopped when ctx ends), looks for MetalLB's
 // ServiceL2Status, and waits until every cache holds its first list.
 func (v *ClusterView) Sync(ctx context.Context) error {
-	v.factory.Start(ctx.Done())
+	v.start(ctx.Done())
 	v.startL2(ctx, nil)
 	if !cache.WaitForCacheSync(ctx.Done(), v.HasSynced) {
 		return fmt.Errorf("listing Services, Nodes and ServiceL2Statuses: %w", context.Cause(ctx))

@@ -13,7 +13,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,6 +25,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -57,13 +61,18 @@ type ClusterView struct {
 	nodeName       string
 	client         kubernetes.Interface
 	factory        informers.SharedInformerFactory
+	sliceFactory   informers.SharedInformerFactory
+	ownFactory     informers.SharedInformerFactory
+	metaFactory    metadatainformer.SharedInformerFactory
 	dynFactory     dynamicinformer.DynamicSharedInformerFactory
 	svcInformer    cache.SharedIndexInformer
 	nodeInformer   cache.SharedIndexInformer
 	services       corelisters.ServiceLister
-	nodes          corelisters.NodeLister
+	ownNode        corelisters.NodeLister
+	peers          cache.GenericLister
 	servicesSynced cache.InformerSynced
 	nodesSynced    cache.InformerSynced
+	peersSynced    cache.InformerSynced
 	slices         discoverylisters.EndpointSliceLister
 	slicesSynced   cache.InformerSynced
 
@@ -75,31 +84,97 @@ type ClusterView struct {
 	l2Synced cache.InformerSynced
 }
 
-// NewClusterView sets up (without starting) informers for Services, Nodes,
-// EndpointSlices (the ipvs check compares real servers with ready endpoints)
-// and, when dyn is not nil and the CRD exists, MetalLB's ServiceL2Status.
-// All Nodes are watched, not only the agent's own: the ARP check shards IPs
-// over the Ready nodes and names responders from every node's MACs. Caches
-// are stripped of what is never read (managed fields, images, volumes).
-func NewClusterView(nodeName string, client kubernetes.Interface, dyn dynamic.Interface) *ClusterView {
+// nodesResource is the Nodes resource, watched metadata-only.
+var nodesResource = corev1.SchemeGroupVersion.WithResource("nodes")
+
+// ProxiedEndpointSlices selects the EndpointSlices kube-proxy programs, as
+// kube-proxy's own informers do: not those of headless Services (no virtual
+// server) nor of Services another proxy serves.
+const ProxiedEndpointSlices = "!" + corev1.IsHeadlessService + ",!" + serviceProxyNameLabel
+
+// serviceProxyNameLabel marks a Service another proxy than kube-proxy serves.
+const serviceProxyNameLabel = "service.kubernetes.io/service-proxy-name"
+
+// NewClusterView sets up (without starting) the informers the agent reads
+// the cluster through; what each watches, and why (see the README's scale
+// section for the cost):
+//
+//   - Services, all of them: the ipvs check compares every VIP kube-proxy
+//     must program; LoadBalancer ingress IPs are the ARP targets.
+//   - EndpointSlices of proxied Services (ProxiedEndpointSlices, the
+//     selector kube-proxy uses): real servers against ready endpoints.
+//   - this Node only (field selector metadata.name): the conditions the
+//     status manager compares before it writes.
+//   - every Node, metadata only (PartialObjectMetadata): the MACs each agent
+//     publishes in MACsAnnotation name ARP responders, and the nodes that
+//     publish them are the peers the ARP probes are sharded over. Node
+//     status, which every kubelet rewrites, is neither received in full nor
+//     cached.
+//   - MetalLB's ServiceL2Status through dyn, when the CRD exists.
+//
+// Caches keep only what is read (no managed fields, no other annotations).
+func NewClusterView(nodeName string, client kubernetes.Interface, dyn dynamic.Interface, meta metadata.Interface) *ClusterView {
 	f := informers.NewSharedInformerFactory(client, 0)
 	svc := f.Core().V1().Services()
 	_ = svc.Informer().SetTransform(stripService)
-	nodes := f.Core().V1().Nodes()
-	_ = nodes.Informer().SetTransform(stripNode)
-	eps := f.Discovery().V1().EndpointSlices()
-	_ = eps.Informer().SetTransform(stripManagedFields)
+	sf := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ProxiedEndpointSlices }))
+	eps := sf.Discovery().V1().EndpointSlices()
+	_ = eps.Informer().SetTransform(stripEndpointSlice)
+	of := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", nodeName).String()
+		}))
+	own := of.Core().V1().Nodes()
+	_ = own.Informer().SetTransform(stripNode)
+	mf := metadatainformer.NewSharedInformerFactory(meta, 0)
+	peers := mf.ForResource(nodesResource)
+	_ = peers.Informer().SetTransform(stripPeer)
 	v := &ClusterView{
-		nodeName: nodeName, client: client, factory: f,
-		svcInformer: svc.Informer(), nodeInformer: nodes.Informer(),
+		nodeName: nodeName, client: client, factory: f, sliceFactory: sf, ownFactory: of, metaFactory: mf,
+		svcInformer: svc.Informer(), nodeInformer: own.Informer(),
 		services: svc.Lister(), servicesSynced: svc.Informer().HasSynced,
-		nodes: nodes.Lister(), nodesSynced: nodes.Informer().HasSynced,
+		ownNode: own.Lister(), nodesSynced: own.Informer().HasSynced,
+		peers: peers.Lister(), peersSynced: peers.Informer().HasSynced,
 		slices: eps.Lister(), slicesSynced: eps.Informer().HasSynced,
 	}
 	if dyn != nil {
 		v.dynFactory = dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 	}
 	return v
+}
+
+// start starts every informer but ServiceL2Status's (startL2 does).
+func (v *ClusterView) start(stop <-chan struct{}) {
+	v.factory.Start(stop)
+	v.sliceFactory.Start(stop)
+	v.ownFactory.Start(stop)
+	v.metaFactory.Start(stop)
+}
+
+// shutdown waits for every informer to stop (call after stopping them).
+func (v *ClusterView) shutdown() {
+	v.factory.Shutdown()
+	v.sliceFactory.Shutdown()
+	v.ownFactory.Shutdown()
+	v.metaFactory.Shutdown()
+	if v.dynFactory != nil {
+		v.dynFactory.Shutdown()
+	}
+}
+
+// stripPeer keeps a Node's name and MACsAnnotation, all a peer is read for.
+func stripPeer(obj any) (any, error) {
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		m.ManagedFields = nil
+		m.Labels = nil
+		macs, has := m.Annotations[MACsAnnotation]
+		m.Annotations = nil
+		if has {
+			m.Annotations = map[string]string{MACsAnnotation: macs}
+		}
+	}
+	return obj, nil
 }
 
 func (v *ClusterView) setL2(l cache.GenericLister, synced cache.InformerSynced) {
@@ -110,7 +185,7 @@ func (v *ClusterView) setL2(l cache.GenericLister, synced cache.InformerSynced) 
 
 // HasSynced reports whether every informer behind the view completed its first list.
 func (v *ClusterView) HasSynced() bool {
-	if v == nil || !v.servicesSynced() || !v.nodesSynced() || !v.slicesSynced() {
+	if v == nil || !v.servicesSynced() || !v.nodesSynced() || !v.peersSynced() || !v.slicesSynced() {
 		return false
 	}
 	v.mu.RLock()
@@ -133,7 +208,7 @@ func (v *ClusterView) Node() (*corev1.Node, error) {
 	if v == nil {
 		return nil, ErrNotSynced
 	}
-	n, err := v.nodes.Get(v.nodeName)
+	n, err := v.ownNode.Get(v.nodeName)
 	if err != nil {
 		if apierrors.IsNotFound(err) && !v.nodesSynced() {
 			return nil, ErrNotSynced
@@ -227,21 +302,25 @@ func (v *ClusterView) announcers() map[types.NamespacedName]announcer {
 	return out
 }
 
-// ReadyNodes returns the names of the Nodes whose Ready condition is True, sorted.
-func (v *ClusterView) ReadyNodes() ([]string, error) {
-	if v == nil || !v.nodesSynced() {
+// Peers returns the names of the Nodes that run ipvs-guard (they published
+// MACsAnnotation), sorted: the nodes the ARP probes are sharded over. It
+// reads Node metadata only, never status, so kubelets' status updates cost
+// the agent no decoding of a full Node; a node that stops for good keeps its
+// annotation until it is deleted, and its share of IPs is then probed by the
+// other k-1 probers only.
+func (v *ClusterView) Peers() ([]string, error) {
+	if v == nil || !v.peersSynced() {
 		return nil, ErrNotSynced
 	}
-	nodes, err := v.nodes.List(labels.Everything())
+	objs, err := v.peers.List(labels.Everything())
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes from cache: %w", err)
 	}
 	var out []string
-	for _, n := range nodes {
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				out = append(out, n.Name)
-				break
+	for _, o := range objs {
+		if m, ok := o.(*metav1.PartialObjectMetadata); ok {
+			if _, err := DecodeMACs(m.Annotations[MACsAnnotation]); err == nil {
+				out = append(out, m.Name)
 			}
 		}
 	}
@@ -249,30 +328,39 @@ func (v *ClusterView) ReadyNodes() ([]string, error) {
 	return out, nil
 }
 
+// peerMACs decodes the MACs node published; nil when it published none.
+func (v *ClusterView) peerMACs(node string) map[string]string {
+	o, err := v.peers.Get(node)
+	if err != nil {
+		return nil
+	}
+	m, ok := o.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return nil
+	}
+	raw, has := m.Annotations[MACsAnnotation]
+	if !has {
+		return nil
+	}
+	macs, err := DecodeMACs(raw)
+	if err != nil {
+		return nil
+	}
+	return macs
+}
+
 // NodeForMAC names the node whose published MACs (MACsAnnotation) include
 // mac, with the interface; ok is false when no node claims it.
 func (v *ClusterView) NodeForMAC(mac net.HardwareAddr) (node, iface string, ok bool) {
-	if v == nil || !v.nodesSynced() {
-		return "", "", false
-	}
-	nodes, err := v.nodes.List(labels.Everything())
+	peers, err := v.Peers()
 	if err != nil {
 		return "", "", false
 	}
 	want := strings.ToLower(mac.String())
-	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
-	for _, n := range nodes {
-		raw, has := n.Annotations[MACsAnnotation]
-		if !has {
-			continue
-		}
-		macs, err := DecodeMACs(raw)
-		if err != nil {
-			continue
-		}
-		for ifc, m := range macs {
+	for _, n := range peers {
+		for ifc, m := range v.peerMACs(n) {
 			if strings.ToLower(m) == want {
-				return n.Name, ifc, true
+				return n, ifc, true
 			}
 		}
 	}
@@ -282,17 +370,10 @@ func (v *ClusterView) NodeForMAC(mac net.HardwareAddr) (node, iface string, ok b
 // NodeMACs returns the MACs node published (MACsAnnotation), sorted by
 // interface name; nil when it published none or the cache is not synced.
 func (v *ClusterView) NodeMACs(node string) []net.HardwareAddr {
-	if v == nil || !v.nodesSynced() || node == "" {
+	if v == nil || !v.peersSynced() || node == "" {
 		return nil
 	}
-	n, err := v.nodes.Get(node)
-	if err != nil {
-		return nil
-	}
-	macs, err := DecodeMACs(n.Annotations[MACsAnnotation])
-	if err != nil {
-		return nil
-	}
+	macs := v.peerMACs(node)
 	names := make([]string, 0, len(macs))
 	for k := range macs {
 		names = append(names, k)

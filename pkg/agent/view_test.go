@@ -11,8 +11,12 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/metadata"
+	metadatafake "k8s.io/client-go/metadata/fake"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -47,13 +51,13 @@ func TestClusterView(t *testing.T) {
 		node("b", true, `{"eth0":"02:00:00:00:00:0b","eth1":"02:00:00:00:01:0b"}`),
 		node("c", false, `not json`),
 	)
-	v := NewClusterView("a", cs, nil)
+	v := NewClusterView("a", cs, nil, metaOf(cs))
 	if _, err := v.LoadBalancerIngresses(); !errors.Is(err, ErrNotSynced) {
 		t.Errorf("before sync: %v, want ErrNotSynced", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	v.factory.Start(ctx.Done())
-	defer v.factory.Shutdown() // after cancel: Shutdown waits for the informers to stop
+	v.start(ctx.Done())
+	defer v.shutdown() // after cancel: Shutdown waits for the informers to stop
 	defer cancel()
 	if !cache.WaitForCacheSync(ctx.Done(), v.HasSynced) {
 		t.Fatal("caches did not sync")
@@ -69,9 +73,9 @@ func TestClusterView(t *testing.T) {
 	if diff := cmp.Diff([]string{"192.0.2.3 default/web", "192.0.2.10 other/dns", "192.0.2.20 default/web"}, got); diff != "" {
 		t.Errorf("ingresses (-want +got):\n%s", diff)
 	}
-	ready, _ := v.ReadyNodes()
-	if diff := cmp.Diff([]string{"a", "b"}, ready); diff != "" {
-		t.Errorf("ready (-want +got):\n%s", diff)
+	peers, _ := v.Peers() // c's annotation is not JSON
+	if diff := cmp.Diff([]string{"a", "b"}, peers); diff != "" {
+		t.Errorf("peers (-want +got):\n%s", diff)
 	}
 	mac, _ := net.ParseMAC("02:00:00:00:01:0B")
 	if n, ifc, ok := v.NodeForMAC(mac); !ok || n != "b" || ifc != "eth1" {
@@ -90,6 +94,21 @@ func TestClusterView(t *testing.T) {
 	}
 }
 
+// metaOf serves the Nodes of cs as PartialObjectMetadata, as the API
+// server's metadata-only watches do.
+func metaOf(cs *fake.Clientset) metadata.Interface {
+	scheme := runtime.NewScheme()
+	_ = metav1.AddMetaToScheme(scheme)
+	nodes, _ := cs.Tracker().List(corev1.SchemeGroupVersion.WithResource("nodes"), corev1.SchemeGroupVersion.WithKind("Node"), "")
+	var out []runtime.Object
+	if l, ok := nodes.(*corev1.NodeList); ok {
+		for _, n := range l.Items {
+			out = append(out, &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}, ObjectMeta: *n.ObjectMeta.DeepCopy()})
+		}
+	}
+	return metadatafake.NewSimpleMetadataClient(scheme, out...)
+}
+
 func TestMACsRoundTrip(t *testing.T) {
 	enc := EncodeMACs(map[string]string{"eth1": "02:00:00:00:00:0B", "eth0": "02:00:00:00:00:0a"})
 	if enc != `{"eth0":"02:00:00:00:00:0a","eth1":"02:00:00:00:00:0b"}` {
@@ -97,5 +116,35 @@ func TestMACsRoundTrip(t *testing.T) {
 	}
 	if _, err := DecodeMACs("{"); err == nil {
 		t.Error("DecodeMACs accepted malformed input")
+	}
+}
+
+// TestStripKeepsWhatChecksRead: the cache transforms drop what no check
+// reads and keep what they do.
+func TestStripKeepsWhatChecksRead(t *testing.T) {
+	svc := lbService("default", "web", "192.0.2.20")
+	svc.Annotations = map[string]string{"metallb.universe.tf/ip-allocated-from-pool": "p", corev1.LastAppliedConfigAnnotation: "{}"}
+	svc.Labels = map[string]string{"app": "web", serviceProxyNameLabel: "other"}
+	got, _ := stripService(svc)
+	want := lbService("default", "web", "192.0.2.20")
+	want.Labels = map[string]string{serviceProxyNameLabel: "other"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("service (-want +got):\n%s", diff)
+	}
+
+	ready, node, zone := true, "a", "z1"
+	sl := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-x", Labels: map[string]string{discoveryv1.LabelServiceName: "web", "endpointslice.kubernetes.io/managed-by": "x"},
+			Annotations: map[string]string{"a": "b"}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}, NodeName: &node, Zone: &zone,
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web-1"}}},
+	}
+	gotSl, _ := stripEndpointSlice(sl)
+	wantSl := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-x", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		Endpoints:  []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}, NodeName: &node}},
+	}
+	if diff := cmp.Diff(wantSl, gotSl); diff != "" {
+		t.Errorf("endpoint slice (-want +got):\n%s", diff)
 	}
 }

@@ -212,11 +212,12 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	}
 	n := len(res.Findings)
 	if len(problems) == 0 {
-		res.Message = fmt.Sprintf("%d IP(s) answered by exactly one MAC (%s)", n, probedCounts(findings, probed))
+		// No count: it changes with every LoadBalancer Service sharded here.
+		res.Message = fmt.Sprintf("every IP this node probes answered %s by exactly one MAC", methods(findings, probed, false))
 	} else {
 		res.Status = check.StatusProblem
 		res.Reason = reasonFor(worst)
-		res.Message = fmt.Sprintf("%d of %d IP(s) (%s) fail: %s", len(problems), n, probedCounts(findings, probed), strings.Join(problems, "; "))
+		res.Message = fmt.Sprintf("%d IP(s) fail %s: %s", len(problems), methods(findings, probed, true), strings.Join(problems, "; "))
 		res.Remediation = remediation(findings, probed)
 	}
 	if len(unprobed) > 0 {
@@ -336,24 +337,27 @@ func reasonFor(r Result) string {
 	}
 }
 
-// probedCounts says how many IPs of each family were probed and how, e.g.
-// "2 IPv4 by ARP, 1 IPv6 by NDP": a message never lets one family stand for
-// both.
-func probedCounts(findings []Finding, probed []bool) string {
-	n := map[Family]int{}
+// methods names how the probed IPs (only the failing ones with
+// problemsOnly) were probed, "ARP", "NDP" or "ARP and NDP", so a message
+// never lets one family stand for both; it carries no count, which would
+// change with every LoadBalancer Service sharded here.
+func methods(findings []Finding, probed []bool, problemsOnly bool) string {
+	var v4, v6 bool
 	for i, f := range findings {
-		if probed[i] {
-			n[f.Family]++
+		if !probed[i] || (problemsOnly && !f.Result.Problem()) {
+			continue
 		}
+		v4 = v4 || f.Family == FamilyIPv4
+		v6 = v6 || f.Family == FamilyIPv6
 	}
-	var parts []string
-	if n[FamilyIPv4] > 0 {
-		parts = append(parts, fmt.Sprintf("%d IPv4 by ARP", n[FamilyIPv4]))
+	switch {
+	case v4 && v6:
+		return "ARP and NDP"
+	case v6:
+		return "NDP"
+	default:
+		return "ARP"
 	}
-	if n[FamilyIPv6] > 0 {
-		parts = append(parts, fmt.Sprintf("%d IPv6 by NDP", n[FamilyIPv6]))
-	}
-	return strings.Join(parts, ", ")
 }
 
 // remediation returns one hint per kind of failure seen.

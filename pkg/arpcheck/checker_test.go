@@ -152,7 +152,7 @@ func TestChecker(t *testing.T) {
 			targets: []Target{{IP: ip("10.0.0.10")}, {IP: ip("10.0.0.11")}},
 			want: want{status: check.StatusProblem, reason: ReasonNoReply, findings: 2,
 				results: map[string]string{"10.0.0.10@eth0": "answered", "10.0.0.11@eth0": "no-reply"},
-				message: []string{"1 of 2", "10.0.0.11 on eth0: no-reply"}},
+				message: []string{"1 IP(s) fail ARP", "10.0.0.11 on eth0: no-reply"}},
 		},
 		{
 			name: "conflict outranks wrong responder and no reply",
@@ -188,11 +188,11 @@ func TestChecker(t *testing.T) {
 				results: map[string]string{"10.0.0.10@eth0": "wrong-responder"}},
 		},
 		{
-			name:    "dual-stack: both families probed and counted",
+			name:    "dual-stack: both families probed and named",
 			targets: []Target{{IP: ip("10.0.0.10")}, {IP: ip("fd00::10")}, {IP: ip("::ffff:10.0.0.13")}},
 			want: want{status: check.StatusOK, reason: ReasonAnswered, findings: 3,
 				results: map[string]string{"10.0.0.10@eth0/ipv4": "answered", "fd00::10@eth0/ipv6": "answered", "10.0.0.13@eth0/ipv4": "answered"},
-				message: []string{"3 IP(s) answered by exactly one MAC (2 IPv4 by ARP, 1 IPv6 by NDP)"}},
+				message: []string{"every IP this node probes answered ARP and NDP by exactly one MAC"}},
 		},
 		{
 			name: "IPv6 verdicts as ARP's",
@@ -208,7 +208,7 @@ func TestChecker(t *testing.T) {
 					"fd00::10@eth0/ipv6": "answered", "fd00::11@eth0/ipv6": "no-reply", "fd00::12@eth0/ipv6": "conflict",
 					"fd00::14@eth0/ipv6": "wrong-responder", "10.0.0.10@eth1/ipv4": "answered",
 				},
-				message: []string{"3 of 5 IP(s) (1 IPv4 by ARP, 4 IPv6 by NDP) fail", "fd00::12 on eth0: conflict, 2 MACs answer: 52:54:00:00:00:0a (node-a), 52:54:00:00:00:0b (node-b)"}},
+				message: []string{"3 IP(s) fail NDP", "fd00::12 on eth0: conflict, 2 MACs answer: 52:54:00:00:00:0a (node-a), 52:54:00:00:00:0b (node-b)"}},
 		},
 		{
 			name:    "unroutable target is reported, not probed",
@@ -216,7 +216,7 @@ func TestChecker(t *testing.T) {
 			noRoute: map[netip.Addr]error{ip("192.0.2.1"): ErrNotOnLink},
 			want: want{status: check.StatusOK, reason: ReasonAnswered, findings: 1,
 				results: map[string]string{"10.0.0.10@eth0": "answered"},
-				message: []string{"(1 IPv4 by ARP); not probed: 192.0.2.1"}},
+				message: []string{"answered ARP by exactly one MAC; not probed: 192.0.2.1"}},
 		},
 	}
 	for _, tt := range tests {

@@ -171,7 +171,7 @@ func TestNetNSTopologyIPv6(t *testing.T) {
 		targets = append(targets, Target{IP: netip.MustParseAddr(s)})
 	}
 	res, byIP := runCheck(t, prober, targets...)
-	if res.Status != check.StatusOK || len(byIP) != 4 || !strings.Contains(res.Message, "4 IP(s) answered by exactly one MAC (2 IPv4 by ARP, 2 IPv6 by NDP)") {
+	if res.Status != check.StatusOK || len(byIP) != 4 || !strings.Contains(res.Message, "every IP this node probes answered ARP and NDP by exactly one MAC") {
 		t.Errorf("dual-stack run: %s %q, %d findings", res.Status, res.Message, len(byIP))
 	}
 	for ipStr, f := range byIP {
@@ -186,7 +186,7 @@ func TestNetNSTopologyIPv6(t *testing.T) {
 	tp.run("ip", "-n", prober, "-6", "addr", "flush", "dev", "eth0")
 	tp.run("ip", "-n", prober, "-6", "route", "replace", "fd00:77::/64", "dev", "eth0")
 	res, byIP = runCheck(t, prober, targets...)
-	if len(byIP) != 2 || res.Status != check.StatusOK || !strings.Contains(res.Message, "(2 IPv4 by ARP); not probed: fd00:77::11 (eth0 has no usable IPv6 address") {
+	if len(byIP) != 2 || res.Status != check.StatusOK || !strings.Contains(res.Message, "answered ARP by exactly one MAC; not probed: fd00:77::11 (eth0 has no usable IPv6 address") {
 		t.Errorf("IPv6 off on the prober: %s %q, %d findings", res.Status, res.Message, len(byIP))
 	}
 }

@@ -193,7 +193,7 @@ func TestChecker(t *testing.T) {
 		{name: "no kube-ipvs0", root: unsafeRoot, link: link(), wantStatus: check.StatusSkipped, wantReason: ReasonNoLoadBalancerIPs},
 		{name: "only ClusterIPs with a kubeconfig", root: unsafeRoot, link: link("10.96.0.1", "10.96.0.50"), lb: lb("192.0.2.10"), wantStatus: check.StatusSkipped, wantReason: ReasonNoLoadBalancerIPs},
 		{name: "LB IP with arp_ignore 0", root: unsafeRoot, link: link("10.96.0.1", "192.0.2.10"), lb: lb("192.0.2.10"), wantStatus: check.StatusProblem, wantReason: ReasonArpIgnoreTooLow,
-			wantInMsg: []string{"192.0.2.10", "net.ipv4.conf.all.arp_ignore=0"}},
+			wantInMsg: []string{"LoadBalancer IPs on kube-ipvs0", "net.ipv4.conf.all.arp_ignore=0"}},
 		{name: "LB IP with strict ARP", root: func(t *testing.T) hostfs.Root {
 			return hostTree(t, Values{1, 2}, map[string]iface{"eth0": {0, 0, 1, ""}})
 		},

@@ -103,7 +103,9 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	if len(bad) == 0 {
 		res.Status = check.StatusOK
 		res.Reason = ReasonOK
-		res.Message = fmt.Sprintf("arp_ignore/arp_announce keep this node from answering ARP for the %d address(es) on kube-ipvs0 (%s; %s)", len(ips), ipList, how)
+		// No count and no list: kube-proxy binds every LoadBalancer IP
+		// on every node, so either would change with every Service.
+		res.Message = "arp_ignore/arp_announce keep this node from answering ARP for the LoadBalancer IPs on kube-ipvs0 (" + how + ")"
 		return res, nil
 	}
 	res.Status = check.StatusProblem
@@ -121,8 +123,8 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 			strict = " kube-proxy runs with strictARP=false."
 		}
 	}
-	res.Message = fmt.Sprintf("this node answers ARP for the LoadBalancer IPs on kube-ipvs0 (%s), so clients flap between nodes' MACs: %s.%s",
-		ipList, strings.Join(names, ", "), strict)
+	res.Message = fmt.Sprintf("this node answers ARP for the LoadBalancer IPs on kube-ipvs0 (every node holds them all), so clients flap between nodes' MACs: %s.%s",
+		strings.Join(names, ", "), strict)
 	res.Remediation = Remediation(c.cfg.Distro, bad)
 	return res, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
@@ -55,6 +56,10 @@ type Config struct {
 	// Cluster is how the cluster-aware checks read the cluster; nil means
 	// node-local checks only.
 	Cluster *Cluster
+	// Settle holds back an ipvs finding until it persisted (the agent: so
+	// kube-proxy's lag behind a Service change is no problem on every
+	// node); nil reports every finding at once (diagnose).
+	Settle *check.Settler
 }
 
 // Cluster is the cluster access of the cluster-aware checks.
@@ -71,6 +76,9 @@ type Cluster struct {
 	// Dynamic reads MetalLB's ServiceL2Status for the one-shot view; nil
 	// with no View leaves the arp check to ProbeIPs.
 	Dynamic dynamic.Interface
+	// Metadata reads the Nodes' metadata (their MAC annotations) for the
+	// one-shot view; required with Dynamic and no View.
+	Metadata metadata.Interface
 	// ShardK is how many nodes probe each LoadBalancer IP; 0 probes every
 	// IP from this node.
 	ShardK int
@@ -88,7 +96,7 @@ func Build(ctx context.Context, cfg Config) ([]check.Checker, error) {
 	var b builder
 	b.add(modules.NewChecker(modules.Config{Root: cfg.Root, SchedulerFunc: s.scheduler, Remediate: cfg.Remediate, Loader: cfg.Loader, Distro: s.distro}), nil)
 	b.add(kubeproxy.NewChecker(kubeproxy.CheckerConfig{Client: s.kubeProxy, ReadLink: kubeproxy.ReadLink, FallbackVersion: s.kubeProxyVersion, Scheduler: cfg.Scheduler, Distro: s.distro}))
-	b.add(ipvscheck.NewChecker(ipvscheck.Config{IPVS: ipvs.New(cfg.Root), ReadLink: kubeproxy.ReadLink, KubeProxy: s.kubeProxy, Cluster: s.services, NodeName: cfg.NodeName, Scheduler: s.schedulers.Resolve, Distro: s.distro}))
+	b.add(ipvscheck.NewChecker(ipvscheck.Config{IPVS: ipvs.New(cfg.Root), ReadLink: kubeproxy.ReadLink, KubeProxy: s.kubeProxy, Cluster: s.services, NodeName: cfg.NodeName, Scheduler: s.schedulers.Resolve, Distro: s.distro, Settle: cfg.Settle}))
 	b.add(arpsysctl.NewChecker(arpsysctl.Config{Root: cfg.Root, Interfaces: s.interfaces, ReadLink: kubeproxy.ReadLink, LoadBalancerIPs: s.lbIPs, KubeProxy: s.kubeProxy, Distro: s.distro}))
 	b.add(arpChecker(ctx, cfg))
 	return b.checkers, b.err
@@ -133,7 +141,7 @@ func newShared(cfg Config) shared {
 	// last one of them gave, else rr.
 	sources := []kubeproxy.SchedulerSource{kubeproxy.ConfigzScheduler(s.kubeProxy)}
 	if c := cfg.Cluster; c != nil && c.Client != nil {
-		sources = append(sources, kubeproxy.ConfigMapScheduler(c.Client))
+		sources = append(sources, kubeproxy.Cached(kubeproxy.ConfigMapScheduler(c.Client), kubeproxy.ConfigMapTTL, nil))
 		s.kubeProxyVersion = kubeproxy.NodeVersion(c.Client, cfg.NodeName)
 		if c.View != nil {
 			s.services = c.View.IPVSCluster()
@@ -197,7 +205,7 @@ func listOnce(ctx context.Context, node string, c *Cluster) (*agent.ClusterView,
 	if timeout == 0 {
 		timeout = DefaultListTimeout
 	}
-	view := agent.NewClusterView(node, c.Client, c.Dynamic)
+	view := agent.NewClusterView(node, c.Client, c.Dynamic, c.Metadata)
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := view.Sync(sctx); err != nil {

@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
@@ -25,6 +27,13 @@ import (
 func fakeDynamic() *dynamicfake.FakeDynamicClient {
 	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{agent.ServiceL2StatusGVR: "ServiceL2StatusList"})
+}
+
+// fakeMetadata serves Node metadata (none) for the one-shot view.
+func fakeMetadata() *metadatafake.FakeMetadataClient {
+	scheme := runtime.NewScheme()
+	_ = metav1.AddMetaToScheme(scheme)
+	return metadatafake.NewSimpleMetadataClient(scheme)
 }
 
 // lists returns the resources cs was asked to list.
@@ -64,20 +73,24 @@ func TestBuild(t *testing.T) {
 			wantARP:  "error: ",
 		},
 		{
-			name:      "diagnose with a cluster lists it once for the arp check",
-			cluster:   func(cs *fake.Clientset) *Cluster { return &Cluster{Client: cs, Dynamic: fakeDynamic()} },
+			name: "diagnose with a cluster lists it once for the arp check",
+			cluster: func(cs *fake.Clientset) *Cluster {
+				return &Cluster{Client: cs, Dynamic: fakeDynamic(), Metadata: fakeMetadata()}
+			},
 			wantLists: []string{"endpointslices", "nodes", "services"},
 			wantARP:   "NoTargets",
 		},
 		{
 			name:     "probe IPs: the cluster is not listed for the arp check",
 			probeIPs: []string{"192.0.2.1"},
-			cluster:  func(cs *fake.Clientset) *Cluster { return &Cluster{Client: cs, Dynamic: fakeDynamic()} },
+			cluster: func(cs *fake.Clientset) *Cluster {
+				return &Cluster{Client: cs, Dynamic: fakeDynamic(), Metadata: fakeMetadata()}
+			},
 		},
 		{
 			name: "a cluster that cannot be listed fails only the arp check",
 			cluster: func(cs *fake.Clientset) *Cluster {
-				return &Cluster{Client: cs, Dynamic: fakeDynamic(), ListTimeout: 200 * time.Millisecond}
+				return &Cluster{Client: cs, Dynamic: fakeDynamic(), Metadata: fakeMetadata(), ListTimeout: 200 * time.Millisecond}
 			},
 			prepare:   failServices,
 			wantLists: []string{"endpointslices", "nodes", "services"},
@@ -86,7 +99,7 @@ func TestBuild(t *testing.T) {
 		{
 			name: "the agent's view is never listed by Build",
 			cluster: func(cs *fake.Clientset) *Cluster {
-				return &Cluster{Client: cs, View: agent.NewClusterView("node-a", cs, fakeDynamic()), ShardK: 3}
+				return &Cluster{Client: cs, View: agent.NewClusterView("node-a", cs, fakeDynamic(), fakeMetadata()), ShardK: 3}
 			},
 			prepare: failServices,
 		},

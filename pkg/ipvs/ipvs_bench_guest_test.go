@@ -15,10 +15,18 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	"github.com/ipvs-guard/ipvs-guard/internal/guest"
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 )
 
 // benchVirtualServers is the table size of BenchmarkGuestIPVSInspection.
@@ -100,9 +108,15 @@ func BenchmarkGuestIPVSInspection(b *testing.B) {
 		b.Fatalf("ipvsadm -Ln shows %d real servers", n)
 	}
 	_, _, out = timedRun(b, guest.Bin(), "diagnose", "-o", "json", "--node-name", "bench")
-	if !bytes.Contains(out, []byte(fmt.Sprintf("%d virtual servers, %d real servers", benchVirtualServers, 2*benchVirtualServers))) {
+	if !bytes.Contains(out, []byte(fmt.Sprintf(`"virtual_servers": %d,`, benchVirtualServers))) || !bytes.Contains(out, []byte(fmt.Sprintf(`"real_servers": %d,`, 2*benchVirtualServers))) {
 		b.Fatalf("diagnose did not inspect the whole table:\n%.2000s", out)
 	}
+
+	// The agent's ipvs check as it runs on every resync: the whole table
+	// read and compared with 10,000 Services (each with its two ready
+	// endpoints) from its caches. Its CPU time per run is the resync cost.
+	checker := resyncChecker(b, h)
+	var resyncCPU time.Duration
 
 	var sum = map[string]time.Duration{}
 	var rssDiagnose, rssIPVSAdm int64
@@ -122,6 +136,15 @@ func BenchmarkGuestIPVSInspection(b *testing.B) {
 			}
 			sum["table"] += time.Since(s)
 		}},
+		{"resync", func() {
+			s, c := time.Now(), cpuTime(b)
+			res, err := checker.Run(context.Background())
+			if err != nil || res.Status != check.StatusOK {
+				b.Fatalf("ipvs check: %s %s %v", res.Status, res.Message, err)
+			}
+			sum["resync"] += time.Since(s)
+			resyncCPU += cpuTime(b) - c
+		}},
 		{"ipvsadm", func() {
 			d, rss, _ := timedRun(b, "ipvsadm", "-Ln")
 			sum["ipvsadm"] += d
@@ -136,11 +159,63 @@ func BenchmarkGuestIPVSInspection(b *testing.B) {
 	}
 	b.StopTimer()
 	ms := func(d time.Duration) float64 { return float64(d) / float64(b.N) / 1e6 }
-	for _, n := range []string{"diagnose", "table", "ipvsadm"} {
+	for _, n := range []string{"diagnose", "table", "resync", "ipvsadm"} {
 		b.ReportMetric(ms(sum[n]), n+"-ms/op")
 	}
+	b.ReportMetric(ms(resyncCPU), "resync-cpu-ms/op")
 	b.ReportMetric(float64(sum["diagnose"])/float64(sum["ipvsadm"]), "ratio-diagnose/ipvsadm")
 	b.ReportMetric(float64(sum["table"])/float64(sum["ipvsadm"]), "ratio-table/ipvsadm")
 	b.ReportMetric(float64(rssDiagnose)/1024, "diagnose-maxrss-MiB")
 	b.ReportMetric(float64(rssIPVSAdm)/1024, "ipvsadm-maxrss-MiB")
+}
+
+// cpuTime is this process's user + system CPU time so far.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// resyncChecker is the ipvs check over h with the 10,000 Services the
+// benchmark's table serves, each with its two ready endpoints.
+func resyncChecker(b *testing.B, h ipvs.Interface) *ipvscheck.Checker {
+	b.Helper()
+	var cl benchCluster
+	ready := true
+	for i := 0; i < benchVirtualServers; i++ {
+		name := fmt.Sprintf("svc-%05d", i)
+		vip := fmt.Sprintf("10.%d.%d.%d", 96+i/65536, (i/256)%256, i%256)
+		cl.svcs = append(cl.svcs, corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: vip, ClusterIPs: []string{vip},
+				Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}}}})
+		port, proto := int32(8080), corev1.ProtocolTCP
+		cl.eps = append(cl.eps, discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints: []discoveryv1.Endpoint{
+				{Addresses: []string{fmt.Sprintf("10.244.%d.%d", (i/256)%256, i%256)}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}},
+				{Addresses: []string{fmt.Sprintf("10.245.%d.%d", (i/256)%256, i%256)}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}},
+			},
+			Ports: []discoveryv1.EndpointPort{{Port: &port, Protocol: &proto}},
+		})
+	}
+	c, err := ipvscheck.NewChecker(ipvscheck.Config{IPVS: h, ReadLink: kubeproxy.ReadLink, Cluster: cl, NodeName: "bench",
+		Scheduler: func(context.Context) (string, string) { return "rr", kubeproxy.FromFlag }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// benchCluster serves fixed Services and EndpointSlices, as the agent's caches do.
+type benchCluster struct {
+	svcs []corev1.Service
+	eps  []discoveryv1.EndpointSlice
+}
+
+func (c benchCluster) Services(context.Context) ([]corev1.Service, error) { return c.svcs, nil }
+func (c benchCluster) EndpointSlices(context.Context) ([]discoveryv1.EndpointSlice, error) {
+	return c.eps, nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -51,6 +52,10 @@ type Config struct {
 	Scheduler func(ctx context.Context) (scheduler, from string)
 	// Distro words the remediation.
 	Distro distro.Distro
+	// Settle holds back a finding until it persisted for its grace period,
+	// so kube-proxy's lag behind a Service change is not reported as a
+	// problem on every node; nil reports every finding at once (diagnose).
+	Settle *check.Settler
 }
 
 // Checker is the ipvs check.
@@ -68,6 +73,12 @@ func NewChecker(cfg Config) (*Checker, error) {
 
 // Name implements check.Checker.
 func (c *Checker) Name() string { return check.NameIPVS }
+
+// DefaultSettle is how long the agent lets a virtual server stay missing
+// (or without real servers) before it reports it: kube-proxy's IPVS sync
+// period, by default, so a Service kube-proxy has simply not synced yet is
+// never a problem (and never a Node write on every node).
+const DefaultSettle = 30 * time.Second
 
 // maxNamed bounds how many virtual servers a message names.
 const maxNamed = 5
@@ -88,7 +99,10 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		sched, from = c.cfg.Scheduler(ctx)
 	}
 	sum := Summary{VirtualServers: len(table), RealServers: table.RealServerCount(), Scheduler: sched, SchedulerSource: from}
-	summary := sum.String()
+	// Messages become Node conditions: they name the scheduler, never the
+	// table's or the cluster's size, which change with every Service on
+	// every node (counts are in the Summary finding and the metrics).
+	schedNote := fmt.Sprintf("scheduler %s (from %s)", sched, from)
 	logger.V(2).Info("read the IPVS table", "virtualServers", len(table), "realServers", table.RealServerCount())
 
 	var findings []Finding
@@ -113,28 +127,29 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		for _, a := range link.Addrs {
 			onLink[a] = true
 		}
-		findings = CompareSchedulers(table, func(k ipvs.Key) bool { return onLink[k.Address] }, sched)
+		findings = c.settled(logger, CompareSchedulers(table, func(k ipvs.Key) bool { return onLink[k.Address] }, sched))
 		if len(findings) == 0 {
 			reason, why := ReasonNoKubeconfig, "comparing with Services needs --kubeconfig"
 			if clusterErr != errNoCluster {
 				reason, why = ReasonServicesUnreadable, fmt.Sprintf("Services could not be read (%v)", clusterErr)
 			}
-			res := check.Skipped(c.Name(), reason, summary+"; "+why)
+			res := check.Skipped(c.Name(), reason, "the virtual servers on kube-ipvs0 use the configured "+schedNote+"; "+why)
 			res.Findings = []check.Finding{sum}
 			return res, nil
 		}
 	} else {
 		expected := ExpectedVirtualServers(svcs, eps, c.cfg.NodeName)
 		expected = onlyFamilies(expected, table)
-		findings = Compare(expected, table, sched)
+		findings = c.settled(logger, Compare(expected, table, sched))
 		noReal := 0
 		for _, f := range findings {
 			if f.Problem == ProblemNoRealServers {
 				noReal++
 			}
 		}
+		nExpected, nServices := len(expected), len(svcs)
 		sum.VirtualServersWithoutRealServers = &noReal
-		summary = sum.String() + fmt.Sprintf("; %d expected from %d Services", len(expected), len(svcs))
+		sum.Expected, sum.Services = &nExpected, &nServices
 	}
 	res.Findings = append(res.Findings, sum)
 	for _, f := range findings {
@@ -142,7 +157,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	}
 	if len(findings) == 0 {
 		res.Status, res.Reason = check.StatusOK, ReasonOK
-		res.Message = summary + "; every expected VIP has a virtual server with real servers"
+		res.Message = "every expected VIP has a virtual server with real servers, " + schedNote
 		return res, nil
 	}
 	res.Status = check.StatusProblem
@@ -161,14 +176,35 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		named := counts[p]
 		more := ""
 		if len(named) > maxNamed {
-			more = fmt.Sprintf(" and %d more", len(named)-maxNamed)
+			// No count: it would change with every Service while the
+			// condition stays True (diagnose and the metrics count them).
+			more = " and more (ipvs-guard diagnose lists every one)"
 			named = named[:maxNamed]
 		}
 		parts = append(parts, strings.Join(named, "; ")+more)
 	}
-	res.Message = strings.Join(parts, "; ") + " (" + summary + ")"
+	res.Message = strings.Join(parts, "; ") + " (" + schedNote + ")"
 	res.Remediation = c.remediation(counts, sched)
 	return res, nil
+}
+
+// settled drops the findings that have not persisted for the settle grace.
+func (c *Checker) settled(logger klog.Logger, findings []Finding) []Finding {
+	keys := make([]string, len(findings))
+	for i, f := range findings {
+		keys[i] = f.String()
+	}
+	ok := c.cfg.Settle.Settled(keys)
+	out := findings[:0:0]
+	for i, f := range findings {
+		if ok[i] {
+			out = append(out, f)
+		}
+	}
+	if held := len(findings) - len(out); held > 0 {
+		logger.V(2).Info("Holding back new findings until they persist (kube-proxy may not have synced yet)", "held", held, "grace", c.cfg.Settle.Grace)
+	}
+	return out
 }
 
 func (c *Checker) proxyMode(ctx context.Context) (string, bool) {

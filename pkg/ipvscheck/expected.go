@@ -300,6 +300,11 @@ type Summary struct {
 	// Service has ready endpoints but which have no real servers (nil
 	// without a kubeconfig: it cannot be known then).
 	VirtualServersWithoutRealServers *int `json:"virtual_servers_without_real_servers,omitempty"`
+	// Expected is the number of virtual servers the Services call for (nil
+	// without a kubeconfig).
+	Expected *int `json:"expected_virtual_servers,omitempty"`
+	// Services is the number of Services compared (nil without a kubeconfig).
+	Services *int `json:"services,omitempty"`
 	// Scheduler is the configured scheduler the table was compared with.
 	Scheduler string `json:"scheduler"`
 	// SchedulerSource says where Scheduler came from.
@@ -311,6 +316,9 @@ func (s Summary) String() string {
 	out := fmt.Sprintf("%d virtual servers, %d real servers, configured scheduler %s (from %s)", s.VirtualServers, s.RealServers, s.Scheduler, s.SchedulerSource)
 	if s.VirtualServersWithoutRealServers != nil {
 		out += fmt.Sprintf(", %d without real servers though their Service has ready endpoints", *s.VirtualServersWithoutRealServers)
+	}
+	if s.Expected != nil && s.Services != nil {
+		out += fmt.Sprintf("; %d expected from %d Services", *s.Expected, *s.Services)
 	}
 	return out
 }

@@ -82,6 +82,18 @@ type Finding struct {
 
 // String renders the finding as one line.
 func (f Finding) String() string {
+	s := f.settings()
+	if f.KubeIPVS0 {
+		return s + fmt.Sprintf(", kube-ipvs0 with %d address(es)", len(f.KubeIPVS0Addresses))
+	}
+	return s + ", no kube-ipvs0"
+}
+
+// settings renders mode, version, scheduler and strict ARP: what the
+// condition message says. kube-ipvs0's address count is left to String (the
+// diagnose report): kube-proxy binds every Service IP there, so it changes
+// with every Service on every node.
+func (f Finding) settings() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "kube-proxy mode %s", f.Mode)
 	if f.ConfiguredMode != "" {
@@ -95,11 +107,6 @@ func (f Finding) String() string {
 	}
 	if f.StrictARP != nil {
 		fmt.Fprintf(&b, ", strictARP %t", *f.StrictARP)
-	}
-	if f.KubeIPVS0 {
-		fmt.Fprintf(&b, ", kube-ipvs0 with %d address(es)", len(f.KubeIPVS0Addresses))
-	} else {
-		b.WriteString(", no kube-ipvs0")
 	}
 	return b.String()
 }
@@ -171,7 +178,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		res.Remediation = []string{"restart kube-proxy on this node and read its log for errors creating kube-ipvs0 (the dummy module must be available)"}
 	default:
 		res.Status, res.Reason = check.StatusOK, ReasonIPVSMode
-		res.Message = f.String()
+		res.Message = f.settings() + ", kube-ipvs0 present"
 		if f.Notice != "" {
 			res.Message += ". " + f.Notice
 		}

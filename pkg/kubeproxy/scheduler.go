@@ -6,10 +6,12 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // SchedulerSource is one place the configured IPVS scheduler may be read from.
@@ -52,6 +54,36 @@ func ConfigMapScheduler(cs kubernetes.Interface) SchedulerSource {
 			return "", err
 		}
 		return cfg.IPVS.Scheduler, nil
+	}}
+}
+
+// ConfigMapTTL is how long the agent reuses what the kube-proxy ConfigMap
+// said: every check run resolves the scheduler, and a GET per run would cost
+// an API request per check on every node (and, spent from the client's
+// token bucket, hold back the status patch a drift calls for).
+const ConfigMapTTL = time.Minute
+
+// Cached answers from src's last answer (a scheduler or an error) for ttl,
+// then asks src again. clk is the time source; nil means the real clock.
+// Safe for concurrent use.
+func Cached(src SchedulerSource, ttl time.Duration, clk clock.PassiveClock) SchedulerSource {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	var (
+		mu    sync.Mutex
+		at    time.Time
+		sched string
+		err   error
+	)
+	return SchedulerSource{Name: src.Name, Get: func(ctx context.Context) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if at.IsZero() || clk.Since(at) >= ttl {
+			sched, err = src.Get(ctx)
+			at = clk.Now()
+		}
+		return sched, err
 	}}
 }
 

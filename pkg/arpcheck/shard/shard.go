@@ -71,7 +71,7 @@ func better(a, b candidate) bool {
 }
 
 // Probers returns the k nodes (fewer if there are not enough) that probe ip,
-// best first, never including announcer. nodes are the Ready nodes' names;
+// best first, never including announcer. nodes are the prober nodes' names (the agent passes its peers);
 // duplicates count once. k < 1 means DefaultK.
 func Probers(ip netip.Addr, nodes []string, k int, announcer string) []string {
 	return NewAssigner(nodes, k).Probers(IP{Addr: ip, Announcer: announcer})
@@ -97,7 +97,7 @@ func insertTop(top []candidate, c candidate, k int) []candidate {
 	return top
 }
 
-// Assigner answers "which IPs does this node probe" for one set of Ready
+// Assigner answers "which IPs does this node probe" for one set of prober
 // nodes, hashing each node name once. It is immutable after NewAssigner and
 // safe for concurrent use.
 type Assigner struct {
@@ -106,7 +106,7 @@ type Assigner struct {
 	k     int
 }
 
-// NewAssigner prepares sharding over the Ready nodes' names (duplicates
+// NewAssigner prepares sharding over the prober nodes' names (duplicates
 // count once) with k probers per IP (k < 1 means DefaultK).
 func NewAssigner(nodes []string, k int) *Assigner {
 	if k < 1 {
@@ -143,7 +143,7 @@ func (a *Assigner) Probers(ip IP) []string {
 }
 
 // For returns the IPs node must probe, in input order. A node that is not
-// among the Ready nodes probes nothing.
+// among the prober nodes probes nothing.
 func (a *Assigner) For(node string, ips []IP) []netip.Addr {
 	self := -1
 	for i, n := range a.nodes {

@@ -1,0 +1,588 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
+	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
+)
+
+// scaleOptions size the scale run.
+type scaleOptions struct {
+	binary, hostTree string
+	nodes, services  int
+	agents           int
+	churnPerSecond   float64
+	window           time.Duration
+	statusPeriod     time.Duration
+	maxRSSMiB        float64
+}
+
+// scaleAuditPolicy records every write; Node metadata patches with their
+// body, to tell what a MAC annotation write changed.
+const scaleAuditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Request
+    verbs: ["patch"]
+    resources: [{group: "", resources: ["nodes"]}]
+  - level: Metadata
+    verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  - level: None
+`
+
+// runScale is the scale measurement: a real API server with simulated
+// nodes (Node objects whose status is rewritten every statusPeriod, as
+// kubelet's node status report does), LoadBalancer Services with
+// EndpointSlices, and real `ipvs-guard run` agents on some of the nodes, each
+// over its own copy of a host tree, all answered by one proxy-ARP responder.
+// It measures a baseline window (churn, no agents) and a window with the
+// agents, and fails when an agent wrote its Node during churn or its RSS
+// exceeded maxRSSMiB.
+func runScale(o scaleOptions) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	work, err := os.MkdirTemp("", "bench-scale-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	s, err := apiservertest.StartServer(ctx, apiservertest.Options{Dir: filepath.Join(work, "api"), AuditPolicy: scaleAuditPolicy})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	defer cancel() // stop the churn and the heartbeats before the server
+	cfg := s.AdminConfig()
+	cfg.QPS, cfg.Burst = 2000, 2000
+	cfg.UserAgent = "bench-scale"
+	admin := kubernetes.NewForConfigOrDie(cfg)
+	apiPID, etcdPID := s.PIDs()
+
+	responder, err := newARPResponder()
+	if err != nil {
+		return err
+	}
+	defer responder.close()
+
+	t0 := time.Now()
+	if err := parallel(o.nodes, func(i int) error { return createSimNode(ctx, admin, i) }); err != nil {
+		return fmt.Errorf("creating nodes: %w", err)
+	}
+	fmt.Printf("created %d Nodes (Ready, 20 images each) in %s\n", o.nodes, time.Since(t0).Round(time.Millisecond))
+	t0 = time.Now()
+	if err := parallel(o.services, func(i int) error { return createLBService(ctx, admin, i) }); err != nil {
+		return fmt.Errorf("creating Services: %w", err)
+	}
+	fmt.Printf("created %d LoadBalancer Services with ingress IPs and EndpointSlices in %s\n", o.services, time.Since(t0).Round(time.Millisecond))
+
+	go heartbeats(ctx, admin, o.nodes, o.statusPeriod)
+	ch := &churner{cs: admin, next: o.services}
+	go ch.run(ctx, o.churnPerSecond)
+
+	fmt.Printf("\nbaseline: %d simulated kubelets (status every %s), churn %.1f Services/s (create + delete + endpoint scale-up each), no agent\n",
+		o.nodes, o.statusPeriod, o.churnPerSecond)
+	base, err := measure(ctx, admin, s.AuditLog, o.window, []int{apiPID, etcdPID}, nil)
+	if err != nil {
+		return err
+	}
+
+	agents, err := startAgents(o, s, work)
+	defer func() {
+		for _, a := range agents {
+			_ = a.Process.Signal(os.Interrupt)
+		}
+		for _, a := range agents {
+			_ = a.Wait()
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	t0 = time.Now()
+	if err := waitAllFalse(ctx, admin, o.agents, 5*time.Minute); err != nil {
+		return err
+	}
+	fmt.Printf("%d agents started; every condition False on their Nodes after %s\n", o.agents, time.Since(t0).Round(time.Second))
+	time.Sleep(15 * time.Second) // first resyncs, MAC annotations, Events settle
+
+	var pids []int
+	for _, a := range agents {
+		pids = append(pids, a.Process.Pid)
+	}
+	with, err := measure(ctx, admin, s.AuditLog, o.window, []int{apiPID, etcdPID}, pids)
+	if err != nil {
+		return err
+	}
+	if err := waitAllFalse(ctx, admin, o.agents, time.Second); err != nil {
+		return fmt.Errorf("after the churn window: %w", err)
+	}
+	return report(o, base, with)
+}
+
+// parallel runs f(0..n-1) with 32 in flight and returns the first error.
+func parallel(n int, f func(i int) error) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 32)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := f(i); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func simNode(i int) string { return fmt.Sprintf("sim-%04d", i) }
+
+// createSimNode registers a node as kubelet does: Ready, node info, images.
+func createSimNode(ctx context.Context, cs kubernetes.Interface, i int) error {
+	// Every simulated node publishes MACs as its own agent would, so the
+	// ARP probes are sharded over all of them as in a cluster where every
+	// node runs ipvs-guard (each real agent probes its share only).
+	macs := agent.EncodeMACs(map[string]string{"eth0": fmt.Sprintf("02:5c:00:%02x:%02x:%02x", i>>16&0xff, i>>8&0xff, i&0xff)})
+	n, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: simNode(i),
+		Labels:      map[string]string{"kubernetes.io/hostname": simNode(i), "kubernetes.io/os": "linux", "node-role.kubernetes.io/worker": "true"},
+		Annotations: map[string]string{agent.MACsAnnotation: macs}}},
+		metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	now := metav1.Now()
+	n.Status = corev1.NodeStatus{
+		Conditions: []corev1.NodeCondition{
+			{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now},
+			{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory", LastHeartbeatTime: now, LastTransitionTime: now},
+			{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure", LastHeartbeatTime: now, LastTransitionTime: now},
+			{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID", LastHeartbeatTime: now, LastTransitionTime: now},
+		},
+		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("10.%d.%d.%d", 100+i/65536, i/256%256, i%256)}, {Type: corev1.NodeHostName, Address: simNode(i)}},
+		NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.37.1", ContainerRuntimeVersion: "containerd://2.1.0", KernelVersion: "6.1.0-56-amd64",
+			OSImage: "Debian GNU/Linux 12 (bookworm)", OperatingSystem: "linux", Architecture: "amd64"},
+	}
+	for j := range 20 {
+		n.Status.Images = append(n.Status.Images, corev1.ContainerImage{SizeBytes: 50 << 20,
+			Names: []string{fmt.Sprintf("registry.example/team/app-%02d@sha256:%064x", j, j), fmt.Sprintf("registry.example/team/app-%02d:v1.%d", j, j)}})
+	}
+	_, err = cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+	return err
+}
+
+// heartbeats rewrites every node's Ready heartbeat once per period, spread
+// evenly, as kubelet's node status report (nodeStatusReportFrequency) does.
+func heartbeats(ctx context.Context, cs kubernetes.Interface, nodes int, period time.Duration) {
+	tick := time.NewTicker(period / time.Duration(nodes))
+	defer tick.Stop()
+	for i := 0; ; i = (i + 1) % nodes {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := time.Now().UTC().Format(time.RFC3339)
+		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","message":"kubelet is posting ready status","lastHeartbeatTime":%q}]}}`, now)
+		_, _ = cs.CoreV1().Nodes().PatchStatus(ctx, simNode(i), []byte(patch))
+	}
+}
+
+func svcName(i int) string { return fmt.Sprintf("lb-%05d", i) }
+
+// createLBService creates LoadBalancer Service i with an ingress IP (as
+// MetalLB's controller assigns it) and an EndpointSlice with one endpoint.
+func createLBService(ctx context.Context, cs kubernetes.Interface, i int) error {
+	svc, err := cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: svcName(i), Annotations: map[string]string{"metallb.universe.tf/ip-allocated-from-pool": "bench"}},
+		// No node ports (MetalLB's layer 2 needs none): 5,000 would not fit the range.
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, AllocateLoadBalancerNodePorts: ptr(false),
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: fmt.Sprintf("198.18.%d.%d", i/250%250, i%250+1), IPMode: ptr(corev1.LoadBalancerIPModeVIP)}}
+	if _, err := cs.CoreV1().Services("default").UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	_, err = cs.DiscoveryV1().EndpointSlices("default").Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: svcName(i), Labels: map[string]string{discoveryv1.LabelServiceName: svcName(i)}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{endpoint(i)},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8080)), Protocol: ptr(corev1.ProtocolTCP)}},
+	}, metav1.CreateOptions{})
+	return err
+}
+
+func endpoint(i int) discoveryv1.Endpoint {
+	return discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.%d.%d.%d", 200+i/65536%50, i/256%256, i%256)},
+		Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)}, NodeName: ptr(simNode(i % 1000))}
+}
+
+// churner creates a Service, deletes the oldest and scales up another one's
+// endpoints, rate times a second.
+type churner struct {
+	cs           kubernetes.Interface
+	oldest, next int
+}
+
+func (c *churner) run(ctx context.Context, rate float64) {
+	if rate <= 0 {
+		return
+	}
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if err := createLBService(ctx, c.cs, c.next); err != nil && ctx.Err() == nil {
+			fmt.Fprintln(os.Stderr, "churn create:", err)
+		}
+		_ = c.cs.CoreV1().Services("default").Delete(ctx, svcName(c.oldest), metav1.DeleteOptions{})
+		_ = c.cs.DiscoveryV1().EndpointSlices("default").Delete(ctx, svcName(c.oldest), metav1.DeleteOptions{})
+		patch := fmt.Sprintf(`[{"op":"add","path":"/endpoints/-","value":{"addresses":[%q],"conditions":{"ready":true}}}]`, endpoint(c.next + 100000).Addresses[0])
+		_, _ = c.cs.DiscoveryV1().EndpointSlices("default").Patch(ctx, svcName(c.oldest+1), types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
+		c.oldest++
+		c.next++
+	}
+}
+
+// startAgents starts o.agents `ipvs-guard run` processes on sim-0000…, each
+// over its own healthy copy of the host tree.
+func startAgents(o scaleOptions, s *apiservertest.Server, work string) ([]*exec.Cmd, error) {
+	var out []*exec.Cmd
+	for i := range o.agents {
+		root := filepath.Join(work, fmt.Sprintf("root-%d", i))
+		if b, err := exec.Command("cp", "-a", o.hostTree, root).CombinedOutput(); err != nil {
+			return out, fmt.Errorf("copying %s: %w: %s", o.hostTree, err, b)
+		}
+		if _, err := makeHealthy(root); err != nil {
+			return out, err
+		}
+		cmd := exec.Command(o.binary, "run", "--kubeconfig", s.Kubeconfig, "--node-name", simNode(i), "--root", root, "--no-uevents",
+			"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "-v", "0")
+		logf, err := os.Create(filepath.Join(work, fmt.Sprintf("agent-%d.log", i)))
+		if err != nil {
+			return out, err
+		}
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			return out, err
+		}
+		out = append(out, cmd)
+	}
+	return out, nil
+}
+
+// waitAllFalse waits until the first agents Nodes carry all four conditions, False.
+func waitAllFalse(ctx context.Context, cs kubernetes.Interface, agents int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		bad := ""
+		for i := range agents {
+			n, err := cs.CoreV1().Nodes().Get(ctx, simNode(i), metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			owned := 0
+			for _, c := range n.Status.Conditions {
+				switch c.Type {
+				case "IPVSModulesMissing", "KubeProxyIPVSDegraded", "StrictARPDisabled", "LoadBalancerARPFailing":
+					owned++
+					if c.Status != corev1.ConditionFalse && bad == "" {
+						bad = fmt.Sprintf("%s: %s=%s (%s) %s", n.Name, c.Type, c.Status, c.Reason, c.Message)
+					}
+				}
+			}
+			if owned != 4 && bad == "" {
+				bad = fmt.Sprintf("%s: %d of 4 conditions", n.Name, owned)
+			}
+		}
+		if bad == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not every condition False after %s: %.300s", timeout, bad)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// sample is what one measurement window saw.
+type sample struct {
+	window             time.Duration
+	nodeWrites, writes []string // by the agents: conditions (nodes/status), all
+	macWrites          []string // by the agents: the MAC annotation (nodes)
+	macValues          []string // the distinct annotation values they wrote
+	watchEvents        map[string]float64
+	watchBytes         map[string]float64
+	cpuMillicores      []float64 // per pid of the measured processes (api, etcd)
+	agentCPU, agentRSS []float64 // millicores, MiB, per agent
+}
+
+// measure samples the API server's metrics, the audit log and /proc around a window.
+func measure(ctx context.Context, cs kubernetes.Interface, auditLog string, window time.Duration, server, agents []int) (sample, error) {
+	ev0, by0, err := watchMetrics(ctx, cs)
+	if err != nil {
+		return sample{}, err
+	}
+	w0, err := scaleAgentWrites(auditLog)
+	if err != nil {
+		return sample{}, err
+	}
+	all := append(append([]int{}, server...), agents...)
+	t0 := make([]int64, len(all))
+	for i, p := range all {
+		t0[i], _ = cpuTicks(p)
+	}
+	start := time.Now()
+	time.Sleep(window)
+	d := time.Since(start)
+	out := sample{window: d, watchEvents: map[string]float64{}, watchBytes: map[string]float64{}}
+	for i, p := range all {
+		t1, _ := cpuTicks(p)
+		mc := float64(t1-t0[i]) / 100 / d.Seconds() * 1000
+		if i < len(server) {
+			out.cpuMillicores = append(out.cpuMillicores, mc)
+		} else {
+			rss, _ := rssKiB(p)
+			out.agentCPU = append(out.agentCPU, mc)
+			out.agentRSS = append(out.agentRSS, float64(rss)/1024)
+		}
+	}
+	ev1, by1, err := watchMetrics(ctx, cs)
+	if err != nil {
+		return sample{}, err
+	}
+	for k, v := range ev1 {
+		out.watchEvents[k] = v - ev0[k]
+	}
+	for k, v := range by1 {
+		out.watchBytes[k] = v - by0[k]
+	}
+	w1, err := scaleAgentWrites(auditLog)
+	if err != nil {
+		return sample{}, err
+	}
+	out.writes = w1[len(w0):]
+	if out.macValues, err = macValues(auditLog, len(w0)); err != nil {
+		return sample{}, err
+	}
+	for _, w := range out.writes {
+		switch strings.Fields(w)[1] {
+		case "nodes/status":
+			out.nodeWrites = append(out.nodeWrites, w)
+		case "nodes":
+			out.macWrites = append(out.macWrites, w)
+		}
+	}
+	return out, nil
+}
+
+// watchMetrics reads apiserver_watch_events_total and the sum of
+// apiserver_watch_events_sizes, per kind: every event sent to a watcher.
+func watchMetrics(ctx context.Context, cs kubernetes.Interface) (events, bytes map[string]float64, err error) {
+	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the API server's metrics: %w", err)
+	}
+	events, bytes = map[string]float64{}, map[string]float64{}
+	sc := bufio.NewScanner(strings.NewReader(string(raw)))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		var m map[string]float64
+		switch {
+		case strings.HasPrefix(line, "apiserver_watch_events_total{"):
+			m = events
+		case strings.HasPrefix(line, "apiserver_watch_events_sizes_sum{"):
+			m = bytes
+		default:
+			continue
+		}
+		kind := label(line, "resource")
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		m[kind] += v
+	}
+	return events, bytes, sc.Err()
+}
+
+func label(line, name string) string {
+	i := strings.Index(line, name+`="`)
+	if i < 0 {
+		return ""
+	}
+	rest := line[i+len(name)+2:]
+	return rest[:strings.IndexByte(rest, '"')]
+}
+
+// scaleAgentWrites lists "verb resource/subresource" for every write by an agent.
+func scaleAgentWrites(auditLog string) ([]string, error) {
+	return auditWrites(auditLog, func(_, userAgent string) bool { return strings.HasPrefix(userAgent, "ipvs-guard") })
+}
+
+// macValues returns the distinct MAC annotation values the agents patched,
+// skipping their first skip writes.
+func macValues(auditLog string, skip int) ([]string, error) {
+	b, err := os.ReadFile(auditLog)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []string
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		var ev struct {
+			UserAgent     string `json:"userAgent"`
+			RequestObject struct {
+				Metadata struct {
+					Annotations map[string]string `json:"annotations"`
+				} `json:"metadata"`
+			} `json:"requestObject"`
+		}
+		if json.Unmarshal([]byte(line), &ev) != nil || !strings.HasPrefix(ev.UserAgent, "ipvs-guard") {
+			continue
+		}
+		n++
+		v, ok := ev.RequestObject.Metadata.Annotations[agent.MACsAnnotation]
+		if n <= skip || !ok || seen[v] {
+			continue
+		}
+		seen[v] = true
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func sum(m map[string]float64) float64 {
+	t := 0.0
+	for _, v := range m {
+		t += v
+	}
+	return t
+}
+
+func stats(xs []float64) (avg, maxv float64) {
+	for _, x := range xs {
+		avg += x
+		maxv = max(maxv, x)
+	}
+	if len(xs) > 0 {
+		avg /= float64(len(xs))
+	}
+	return avg, maxv
+}
+
+func report(o scaleOptions, base, with sample) error {
+	perHour := func(v float64, d time.Duration) float64 { return v * float64(time.Hour) / float64(d) }
+	fmt.Printf("\nwindow %s each; per agent per hour = (with agents - baseline) / agents, extrapolated to an hour\n", with.window.Round(time.Second))
+	var kinds []string
+	for k := range with.watchEvents {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	fmt.Printf("  %-22s %14s %14s\n", "watch events", "events/agent/h", "KiB/agent/h")
+	for _, k := range kinds {
+		e := (perHour(with.watchEvents[k], with.window) - perHour(base.watchEvents[k], base.window)) / float64(o.agents)
+		b := (perHour(with.watchBytes[k], with.window) - perHour(base.watchBytes[k], base.window)) / float64(o.agents) / 1024
+		if e < 1000 && b < 100 {
+			continue // the API server's own watchers come and go: noise
+		}
+		fmt.Printf("  %-22s %14.0f %14.0f\n", k, e, b)
+	}
+	e := (perHour(sum(with.watchEvents), with.window) - perHour(sum(base.watchEvents), base.window)) / float64(o.agents)
+	b := (perHour(sum(with.watchBytes), with.window) - perHour(sum(base.watchBytes), base.window)) / float64(o.agents) / 1024
+	fmt.Printf("  %-22s %14.0f %14.0f\n", "total", e, b)
+	fmt.Printf("  agent writes in the window: %d (%s)\n", len(with.writes), summarize(with.writes))
+	fmt.Printf("  Node condition writes: %d => %.1f per agent per hour\n", len(with.nodeWrites), perHour(float64(len(with.nodeWrites)), with.window)/float64(o.agents))
+	fmt.Printf("  MAC annotation writes: %d (every agent runs on this one host: its interfaces with an IPv4 address, which other tests add and remove, are what they publish)\n", len(with.macWrites))
+	for _, v := range with.macValues {
+		fmt.Printf("    published: %s\n", v)
+	}
+	cpuAvg, cpuMax := stats(with.agentCPU)
+	rssAvg, rssMax := stats(with.agentRSS)
+	fmt.Printf("  agent CPU avg %.1f / max %.1f millicores; RSS avg %.1f / max %.1f MiB (%d Nodes, %d Services cached)\n",
+		cpuAvg, cpuMax, rssAvg, rssMax, o.nodes, o.services)
+	apiBase, apiWith := base.cpuMillicores[0]+base.cpuMillicores[1], with.cpuMillicores[0]+with.cpuMillicores[1]
+	fmt.Printf("  kube-apiserver + etcd CPU: %.0f millicores baseline, %.0f with %d agents => %.1f millicores per agent\n",
+		apiBase, apiWith, o.agents, (apiWith-apiBase)/float64(o.agents))
+	var failed []string
+	if len(with.nodeWrites) > 0 {
+		failed = append(failed, fmt.Sprintf("agents wrote their Node conditions %d times during churn: %v", len(with.nodeWrites), with.nodeWrites))
+	}
+	if o.maxRSSMiB > 0 && rssMax > o.maxRSSMiB {
+		failed = append(failed, fmt.Sprintf("agent RSS %.1f MiB > %.0f MiB", rssMax, o.maxRSSMiB))
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%s", strings.Join(failed, "; "))
+	}
+	return nil
+}
+
+// arpResponder is a network namespace behind a veth that answers ARP for
+// every 198.18.0.0/16 address with one MAC (proxy ARP), as one MetalLB
+// speaker would for every LoadBalancer IP.
+type arpResponder struct{ ns, host string }
+
+func newARPResponder() (*arpResponder, error) {
+	id := os.Getpid() % 100000
+	r := &arpResponder{ns: fmt.Sprintf("ipvsg-scale-%d", id), host: fmt.Sprintf("isg%da", id)}
+	peer, sink := fmt.Sprintf("isg%db", id), fmt.Sprintf("isg%dc", id)
+	steps := [][]string{
+		{"ip", "netns", "add", r.ns},
+		{"ip", "link", "add", r.host, "type", "veth", "peer", "name", peer},
+		{"ip", "link", "set", peer, "netns", r.ns},
+		{"ip", "addr", "add", "198.18.255.254/16", "dev", r.host},
+		{"ip", "link", "set", r.host, "up"},
+		{"ip", "netns", "exec", r.ns, "sh", "-ec", fmt.Sprintf(`ip link set lo up; ip link set %[1]s up
+ip link add %[2]s type veth peer name %[2]sp; ip link set %[2]s up; ip link set %[2]sp up
+ip addr add 169.254.77.1/32 dev %[1]s; ip route add 198.18.0.0/16 dev %[2]s
+sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0 \
+  net.ipv4.conf.%[1]s.rp_filter=0 net.ipv4.conf.%[1]s.proxy_arp=1 net.ipv4.neigh.%[1]s.proxy_delay=0`, peer, sink)},
+	}
+	for _, st := range steps {
+		if out, err := exec.Command(st[0], st[1:]...).CombinedOutput(); err != nil {
+			r.close()
+			return nil, fmt.Errorf("setting up the ARP responder (%s): %w: %s (needs root)", strings.Join(st, " "), err, out)
+		}
+	}
+	return r, nil
+}
+
+func (r *arpResponder) close() {
+	_ = exec.Command("ip", "link", "del", r.host).Run()
+	_ = exec.Command("ip", "netns", "del", r.ns).Run()
+}
