@@ -87,6 +87,12 @@ e2e test-e2e:
 guest-shell:
 	hack/guest/shell.sh
 
+## test-metallb: real MetalLB v0.16.2 on an L2 segment of netns nodes with agents; Prometheus → Alertmanager → webhook (root)
+.PHONY: test-metallb
+test-metallb:
+	@echo "--- tier: metallb"
+	hack/metallb/test.sh
+
 ## test-netns: ARP prober against real network namespaces and iputils arping (root)
 .PHONY: test-netns
 test-netns:
