@@ -70,11 +70,12 @@ test-guest:
 bench-guest:
 	hack/guest/bench.sh
 
-## demo: the guest kernel: diagnose finds the missing IPVS modules, --fix repairs; then the agent in a cluster, as a timeline
+## demo: the guest kernel: diagnose finds the missing IPVS modules, --fix repairs; then the agent in a cluster, as a timeline; then an ARP conflict on a MetalLB segment, named
 .PHONY: demo
 demo:
 	@hack/guest/demo.sh
 	@hack/e2e/run.sh --demo
+	@hack/metallb/test.sh --demo
 
 ## test-e2e (or e2e): real kube-apiserver on the host, real kube-proxy (IPVS) and `ipvs-guard run` in the guest kernel
 .PHONY: e2e test-e2e
@@ -92,6 +93,11 @@ guest-shell:
 test-metallb:
 	@echo "--- tier: metallb"
 	hack/metallb/test.sh
+
+## bench-metallb: ARP RTT to MetalLB's user-space responder over 100 probes, ipvs-guard vs arping (median ratio)
+.PHONY: bench-metallb
+bench-metallb:
+	hack/metallb/test.sh --bench
 
 ## test-netns: ARP prober against real network namespaces and iputils arping (root)
 .PHONY: test-netns

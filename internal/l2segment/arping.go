@@ -34,9 +34,11 @@ const ArpingPrintOffset = 500 * time.Microsecond
 
 var unicastReply = regexp.MustCompile(`(?m)^Unicast reply from (\S+) \[([0-9A-Fa-f:]{17})\]\s+([0-9.]+)ms`)
 
-// Arping runs iputils arping on the node's eth0 for ip, count requests one
-// deadline apart; -b keeps broadcasting, so every holder of the address
-// answers every request.
+// Arping runs iputils arping on the node's eth0 for ip: one request a
+// second until count replies arrived or deadline passed (arping's -c with
+// -w counts replies); -b keeps broadcasting, so every holder of the
+// address answers every request. To hear every responder, pass a count
+// above the number of replies expected.
 func (n *Node) Arping(ctx context.Context, ip netip.Addr, count int, deadline time.Duration) (ArpingResult, error) {
 	cmd := n.Command(ctx, "arping", "-b", "-I", "eth0", "-c", strconv.Itoa(count), "-w", strconv.Itoa(int(deadline.Seconds()+0.5)), ip.String())
 	out, err := cmd.CombinedOutput()

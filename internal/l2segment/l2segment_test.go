@@ -33,7 +33,9 @@ func TestKubeIPVS0StandIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vip := netip.MustParseAddr("10.231.255.10")
+	a4 := seg.Subnet.Addr().As4()
+	a4[3] = 250
+	vip := netip.AddrFrom4(a4)
 	if err := b.AddVIP(ctx, vip); err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,9 @@ type Finding struct {
 	ResponderNodes []string `json:"responder_nodes,omitempty"`
 	// Service is the Service (namespace/name) the IP belongs to, when known.
 	Service string `json:"service,omitempty"`
+	// Unannounced says why no node announces the IP, when the cluster's
+	// MetalLB state tells (no ServiceL2Status for it).
+	Unannounced string `json:"unannounced,omitempty"`
 }
 
 // String renders the finding as one line, e.g.
@@ -44,6 +47,10 @@ func (f Finding) String() string {
 	switch f.Result {
 	case ResultNoReply:
 		b.WriteString(", no MAC answered")
+		if f.Unannounced != "" {
+			b.WriteString(": ")
+			b.WriteString(f.Unannounced)
+		}
 	case ResultConflict:
 		fmt.Fprintf(&b, ", %d MACs answer: %s", len(f.MACs), f.responders())
 	case ResultAnswered, ResultWrongResponder:

@@ -32,6 +32,7 @@ type arpFinding struct {
 	Result     string   `json:"result"`
 	MACs       []string `json:"macs"`
 	RTTSeconds float64  `json:"rtt_seconds"`
+	Service    string   `json:"service,omitempty"`
 }
 
 func (f arpFinding) String() string { return f.IP }
@@ -125,27 +126,27 @@ ipvs_guard_modules_stale_declaration{module="nf_conntrack_ipv4"} 1
 			snap: Snapshot{Results: []check.Result{{
 				Name: check.NameARP, Status: check.StatusProblem,
 				Findings: []check.Finding{
-					arpFinding{IP: "192.0.2.10", Interface: "eth0", Result: "answered", MACs: []string{"02:00:00:00:00:01"}, RTTSeconds: 0.0012},
+					arpFinding{IP: "192.0.2.10", Interface: "eth0", Service: "default/web", Result: "answered", MACs: []string{"02:00:00:00:00:01"}, RTTSeconds: 0.0012},
 					arpFinding{IP: "192.0.2.11", Interface: "eth0", Result: "no-reply"},
 					arpFinding{IP: "192.0.2.12", Interface: "eth0", Result: "conflict", MACs: []string{"02:00:00:00:00:01", "02:00:00:00:00:02"}, RTTSeconds: 0.002},
 				},
 			}}},
 			metrics: []string{"ipvs_guard_arp_probe_result", "ipvs_guard_arp_responders", "ipvs_guard_arp_probe_rtt_seconds"},
 			want: `
-# HELP ipvs_guard_arp_probe_result Latest ARP probe result for a LoadBalancer IP this node probes: 1 for the current result, 0 for the others.
+# HELP ipvs_guard_arp_probe_result Latest ARP probe result for a LoadBalancer IP this node probes: 1 for the current result, 0 for the others. service is the IP's Service (namespace/name), empty when unknown.
 # TYPE ipvs_guard_arp_probe_result gauge
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="answered"} 1
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="conflict"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="no-reply"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="wrong-responder"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="answered"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="conflict"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="no-reply"} 1
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="wrong-responder"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.12",result="answered"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.12",result="conflict"} 1
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.12",result="no-reply"} 0
-ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.12",result="wrong-responder"} 0
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="answered",service="default/web"} 1
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="conflict",service="default/web"} 0
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="no-reply",service="default/web"} 0
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.10",result="wrong-responder",service="default/web"} 0
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="answered",service=""} 0
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="conflict",service=""} 0
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="no-reply",service=""} 1
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="wrong-responder",service=""} 0
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.12",result="answered",service=""} 0
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.12",result="conflict",service=""} 1
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.12",result="no-reply",service=""} 0
+ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.12",result="wrong-responder",service=""} 0
 # HELP ipvs_guard_arp_probe_rtt_seconds Round-trip time of the first reply to the latest ARP probe of a LoadBalancer IP (absent when nothing answered).
 # TYPE ipvs_guard_arp_probe_rtt_seconds gauge
 ipvs_guard_arp_probe_rtt_seconds{interface="eth0",ip="192.0.2.10"} 0.0012
@@ -195,7 +196,7 @@ ipvs_guard_node_condition_status{condition="KubeProxyIPVSDegraded",status="Unkno
 				Name: check.NameARP, Status: check.StatusOK,
 				Findings: []check.Finding{
 					arpFinding{IP: "192.0.2.10", Interface: "eth0", Result: "no-reply"},
-					arpFinding{IP: "192.0.2.10", Interface: "eth0", Result: "answered", MACs: []string{"02:00:00:00:00:01"}},
+					arpFinding{IP: "192.0.2.10", Interface: "eth0", Service: "default/web", Result: "answered", MACs: []string{"02:00:00:00:00:01"}},
 				},
 			}}},
 			metrics: []string{"ipvs_guard_arp_responders"},
@@ -221,7 +222,7 @@ ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.10"} 1
 func TestCollectorVanishes(t *testing.T) {
 	snap := Snapshot{Results: []check.Result{
 		{Name: check.NameARP, Status: check.StatusProblem, Findings: []check.Finding{
-			arpFinding{IP: "192.0.2.10", Interface: "eth0", Result: "answered", MACs: []string{"02:00:00:00:00:01"}},
+			arpFinding{IP: "192.0.2.10", Interface: "eth0", Service: "default/web", Result: "answered", MACs: []string{"02:00:00:00:00:01"}},
 			arpFinding{IP: "192.0.2.11", Interface: "eth0", Result: "no-reply"},
 		}},
 	}}
@@ -236,7 +237,7 @@ func TestCollectorVanishes(t *testing.T) {
 	// The Service behind 192.0.2.11 is deleted: the next results no longer probe it.
 	snap = Snapshot{Results: []check.Result{
 		{Name: check.NameARP, Status: check.StatusOK, Findings: []check.Finding{
-			arpFinding{IP: "192.0.2.10", Interface: "eth0", Result: "answered", MACs: []string{"02:00:00:00:00:01"}},
+			arpFinding{IP: "192.0.2.10", Interface: "eth0", Service: "default/web", Result: "answered", MACs: []string{"02:00:00:00:00:01"}},
 		}},
 	}}
 	want := `
@@ -255,7 +256,7 @@ ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.10"} 1
 func TestCollectorLint(t *testing.T) {
 	snap := Snapshot{Results: []check.Result{
 		{Name: check.NameModules, Status: check.StatusOK, Findings: []check.Finding{moduleFinding{Module: "ip_vs", Loaded: true, Available: true, Declared: true}}},
-		{Name: check.NameARP, Status: check.StatusOK, Findings: []check.Finding{arpFinding{IP: "192.0.2.10", Interface: "eth0", Result: "answered", MACs: []string{"02:00:00:00:00:01"}, RTTSeconds: 0.001}}},
+		{Name: check.NameARP, Status: check.StatusOK, Findings: []check.Finding{arpFinding{IP: "192.0.2.10", Interface: "eth0", Service: "default/web", Result: "answered", MACs: []string{"02:00:00:00:00:01"}, RTTSeconds: 0.001}}},
 	}}
 	problems, err := testutil.CollectAndLint(newCollector(func() Snapshot { return snap }, testInfo))
 	if err != nil {

@@ -28,6 +28,7 @@ type arpState struct {
 	Result     string   `json:"result"`
 	MACs       []string `json:"macs"`
 	RTTSeconds float64  `json:"rtt_seconds"`
+	Service    string   `json:"service,omitempty"`
 }
 
 // ipvsState is what the collector reads from kube-proxy and IPVS findings.
@@ -128,7 +129,7 @@ func fromARP(f arpcheck.Finding) (arpState, bool) {
 	if f.IP == "" || f.Result == arpcheck.ResultUnknown {
 		return arpState{}, false
 	}
-	return arpState{IP: f.IP, Interface: f.Interface, Result: f.Result.String(), MACs: f.MACs, RTTSeconds: f.RTTSeconds}, true
+	return arpState{IP: f.IP, Interface: f.Interface, Result: f.Result.String(), MACs: f.MACs, RTTSeconds: f.RTTSeconds, Service: f.Service}, true
 }
 
 func (st *resultState) fromKubeProxy(f kubeproxy.Finding) {

@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/ipvs-guard/ipvs-guard/internal/alerttest"
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
 	"github.com/ipvs-guard/ipvs-guard/internal/l2segment"
 	"github.com/ipvs-guard/ipvs-guard/internal/metallbtest"
@@ -47,7 +48,7 @@ const resync = "1s"
 
 // cluster is one run: API server, segment, MetalLB, agents.
 type cluster struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	dir   string
 	srv   *apiservertest.Server
@@ -63,6 +64,8 @@ type cluster struct {
 	bin    string
 	// pool is the IPAddressPool's range.
 	poolFirst netip.Addr
+	alerts    *alerttest.Stack
+	figs      []figure
 }
 
 func repoRoot(t testing.TB) string {
@@ -77,7 +80,7 @@ func repoRoot(t testing.TB) string {
 // every address so the nodes reach it over the bridge), the segment with
 // nodes names, MetalLB with a speaker on each of speakerNodes, and an agent
 // on every node.
-func newCluster(t *testing.T, ctx context.Context, names, speakerNodes []string) *cluster {
+func newCluster(t testing.TB, ctx context.Context, names, speakerNodes []string) *cluster {
 	testenv.RequireRoot(t)
 	testenv.Require(t, l2segment.Check() == nil, fmt.Sprint(l2segment.Check()))
 	root := repoRoot(t)
@@ -211,7 +214,7 @@ func (c *cluster) startAgent(name string) {
 		"--ambient-caps=-all,+net_admin,+net_raw", "--no-new-privs", "--",
 		c.bin, "run", "--kubeconfig="+c.mlb.NodeKubeconfig, "--node-name="+name, "--root="+c.trees[name],
 		"--scheduler=rr", "--resync-period="+resync, "--no-uevents",
-		fmt.Sprintf("--metrics-bind-address=%s:%d", n.IP, agentPort), "--health-probe-bind-address=127.0.0.1:9474", "-v=2")
+		fmt.Sprintf("--metrics-bind-address=%s:%d", n.IP, agentPort), "--health-probe-bind-address=127.0.0.1:9474")
 	p, err := proc.Start("ipvs-guard-"+name, cmd, filepath.Join(c.dir, "agent-"+name+".log"))
 	if err != nil {
 		c.t.Fatal(err)
@@ -221,6 +224,9 @@ func (c *cluster) startAgent(name string) {
 
 func (c *cluster) dumpLogs() {
 	procs := []*proc.Process{c.mlb.Controller}
+	if c.alerts != nil {
+		procs = append(procs, c.alerts.Prometheus, c.alerts.Alertmanager)
+	}
 	for _, n := range c.order {
 		procs = append(procs, c.mlb.Speakers[n], c.agents[n])
 	}
@@ -399,4 +405,107 @@ func (c *cluster) events(node string) []string {
 		}
 	}
 	return out
+}
+
+// startAlerting starts Prometheus (scraping every agent as job
+// "ipvs-guard" with its node label, with the chart's rules, every `for:`
+// rewritten to forDur) and Alertmanager with the test's webhook.
+func (c *cluster) startAlerting(forDur time.Duration) {
+	c.t.Helper()
+	testenv.Require(c.t, alerttest.Check() == nil, fmt.Sprint(alerttest.Check()))
+	var targets []alerttest.Target
+	for _, n := range c.order {
+		targets = append(targets, alerttest.Target{Node: n, Address: fmt.Sprintf("%s:%d", c.nodes[n].IP, agentPort)})
+	}
+	dir := filepath.Join(c.dir, "alerting")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		c.t.Fatal(err)
+	}
+	s, err := alerttest.Start(c.ctx, alerttest.Options{
+		Dir: dir, Rules: filepath.Join(repoRoot(c.t), "deploy/ipvs-guard/files/alerts.yaml"),
+		For: forDur, Targets: targets,
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.alerts = s
+	c.t.Cleanup(s.Close)
+}
+
+func hasLabels(got, want map[string]string) bool {
+	for k, v := range want {
+		if got[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// expectAlert waits until Prometheus has alert name firing with labels,
+// then until the webhook received it (a firing notification after fault),
+// and returns both delays from fault.
+func (c *cluster) expectAlert(name string, labels map[string]string, fault time.Time) (firing, notified time.Duration) {
+	c.t.Helper()
+	want := map[string]string{"alertname": name}
+	for k, v := range labels {
+		want[k] = v
+	}
+	c.waitFor(fmt.Sprintf("Prometheus fires %v", want), waitLong, func() (bool, string) {
+		alerts, err := c.alerts.Alerts(c.ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, a := range alerts {
+			if hasLabels(a.Labels, want) && a.State == "firing" {
+				return true, ""
+			}
+			seen = append(seen, fmt.Sprintf("%s %v", a.State, a.Labels))
+		}
+		return false, fmt.Sprintf("alerts: %v", seen)
+	})
+	firing = time.Since(fault)
+	var got alerttest.Alert
+	c.waitFor(fmt.Sprintf("the webhook receives %v", want), waitLong, func() (bool, string) {
+		for _, n := range c.alerts.Notifications() {
+			if n.Received.Before(fault) {
+				continue
+			}
+			for _, a := range n.Alerts {
+				if a.Status == "firing" && hasLabels(a.Labels, want) {
+					got, notified = a, n.Received.Sub(fault)
+					return true, ""
+				}
+			}
+		}
+		return false, fmt.Sprintf("%d notifications", len(c.alerts.Notifications()))
+	})
+	c.t.Logf("webhook got %s firing: labels %v; summary %q", name, got.Labels, got.Annotations["summary"])
+	return firing, notified
+}
+
+// expectResolved waits until the webhook receives alert name with labels
+// resolved after fix, and returns the delay.
+func (c *cluster) expectResolved(name string, labels map[string]string, fix time.Time) time.Duration {
+	c.t.Helper()
+	want := map[string]string{"alertname": name}
+	for k, v := range labels {
+		want[k] = v
+	}
+	var d time.Duration
+	c.waitFor(fmt.Sprintf("the webhook receives %v resolved", want), waitLong, func() (bool, string) {
+		for _, n := range c.alerts.Notifications() {
+			if n.Received.Before(fix) {
+				continue
+			}
+			for _, a := range n.Alerts {
+				if a.Status == "resolved" && hasLabels(a.Labels, want) {
+					d = n.Received.Sub(fix)
+					return true, ""
+				}
+			}
+		}
+		return false, "not yet"
+	})
+	return d
 }
