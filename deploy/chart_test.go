@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
+	"github.com/ipvs-guard/ipvs-guard/internal/ipvsguardtest"
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
 )
 
@@ -536,12 +537,7 @@ func TestAdmissionPolicyOwnNodeOnly(t *testing.T) {
 // value set, are flags the real `ipvs-guard run` accepts (cobra rejects an
 // unknown flag even with --help).
 func TestArgsAcceptedByBinary(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "ipvs-guard")
-	build := exec.Command("go", "build", "-o", bin, "../cmd/ipvs-guard")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building ipvs-guard: %v\n%s", err, out)
-	}
+	bin := ipvsguardtest.Binary(t)
 	for _, vs := range valueSets {
 		t.Run(vs.name, func(t *testing.T) {
 			out, stderr, err := render(t, vs.set...)

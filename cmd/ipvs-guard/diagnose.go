@@ -3,20 +3,18 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
-	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/checkset"
 	"github.com/ipvs-guard/ipvs-guard/pkg/diagnose"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
-	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
-	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
-	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
 
 // checkOptions are the flags shared by `diagnose` and `run` (DESIGN §8).
@@ -28,21 +26,6 @@ type checkOptions struct {
 	kubeProxyMetrics string
 	probeIPs         []string
 	probeInterface   string
-
-	// clientset, when set (by `run`, which builds its own, in-cluster or
-	// from --kubeconfig), is what the cluster-aware checks read through.
-	clientset kubernetes.Interface
-	// cluster, when set (by `run`, from its informer caches), is what the
-	// ipvs and arp-sysctls checks read Services and EndpointSlices from;
-	// otherwise they list through the clientset.
-	cluster ipvscheck.Cluster
-
-	// schedulers resolves the IPVS scheduler every check assumes, on every
-	// run (built by checkers).
-	schedulers *kubeproxy.SchedulerResolver
-	// loader, when set, loads modules for the modules check (the agent
-	// passes one that counts load attempts); nil uses the native loader.
-	loader modules.Loader
 }
 
 func (o *checkOptions) addFlags(cmd *cobra.Command) {
@@ -79,13 +62,15 @@ func newDiagnoseCommand() *cobra.Command {
 			if output != "text" && output != "json" {
 				return fmt.Errorf("--output must be text or json, not %q", output)
 			}
-			root := hostfs.New(opts.root)
-			kernel, _ := root.KernelRelease()
-			checkers, err := opts.checkers(root, fix)
+			cfg := opts.config(fix)
+			kernel, _ := cfg.Root.KernelRelease()
+			cluster, err := opts.diagnoseCluster()
 			if err != nil {
 				return err
 			}
-			if checkers, err = opts.withDiagnoseClusterARP(cmd.Context(), checkers); err != nil {
+			cfg.Cluster = cluster
+			checkers, err := checkset.Build(cmd.Context(), cfg)
+			if err != nil {
 				return err
 			}
 			report := diagnose.Run(cmd.Context(), opts.node(), kernel, checkers)
@@ -109,44 +94,42 @@ func newDiagnoseCommand() *cobra.Command {
 	return cmd
 }
 
-// arpChecker builds the arp check over --probe-ip (and --interface). Without
-// probe IPs it has nothing to look at and reports skipped.
-func (o *checkOptions) arpChecker() (check.Checker, error) {
-	targets, err := arpcheck.ParseTargets(o.probeIPs, o.probeInterface)
-	if err != nil {
-		return nil, err
+// config is the check set's configuration from the shared flags, without
+// cluster access (each command adds its own).
+func (o *checkOptions) config(remediate bool) checkset.Config {
+	return checkset.Config{
+		Root:                    hostfs.New(o.root),
+		NodeName:                o.node(),
+		Scheduler:               o.scheduler,
+		KubeProxyMetricsAddress: o.kubeProxyMetrics,
+		ProbeIPs:                o.probeIPs,
+		ProbeInterface:          o.probeInterface,
+		Remediate:               remediate,
 	}
-	return arpcheck.NewChecker(arpcheck.CheckerOptions{Targets: arpcheck.StaticTargets(targets...)})
 }
 
-// checkers builds the checks diagnose runs, in report order. With remediate
-// false nothing they do may load a module or write a file.
-func (o *checkOptions) checkers(root hostfs.Root, remediate bool) ([]check.Checker, error) {
-	kube, err := o.kubeClient()
+// kubeAPITimeout bounds each API request of a diagnose run.
+const kubeAPITimeout = 10 * time.Second
+
+// diagnoseCluster is diagnose's access to the cluster from --kubeconfig
+// (the checks list once, every IP probed from here); nil without one.
+func (o *checkOptions) diagnoseCluster() (*checkset.Cluster, error) {
+	if o.kubeconfig == "" {
+		return nil, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("loading --kubeconfig %s: %w", o.kubeconfig, err)
 	}
-	o.schedulers = o.schedulerResolver(o.kubeProxyClient(), kube)
-	cs := []check.Checker{
-		modules.NewChecker(modules.Config{
-			Root: root,
-			SchedulerFunc: func(ctx context.Context) string {
-				s, _ := o.schedulers.Resolve(ctx)
-				return s
-			},
-			Remediate: remediate,
-			Loader:    o.loader,
-		}),
-	}
-	ipvsChecks, err := o.ipvsCheckers(root, kube)
+	cfg.Timeout = kubeAPITimeout
+	cfg.UserAgent = "ipvs-guard"
+	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("building a client from --kubeconfig %s: %w", o.kubeconfig, err)
 	}
-	cs = append(cs, ipvsChecks...)
-	arp, err := o.arpChecker()
+	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("building a dynamic client from --kubeconfig %s: %w", o.kubeconfig, err)
 	}
-	cs = append(cs, arp)
-	return cs, nil
+	return &checkset.Cluster{Client: cs, Dynamic: dyn, ListTimeout: kubeAPITimeout}, nil
 }

@@ -20,7 +20,7 @@ import (
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck/shard"
-	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+	"github.com/ipvs-guard/ipvs-guard/pkg/checkset"
 	"github.com/ipvs-guard/ipvs-guard/pkg/metrics"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
@@ -101,25 +101,21 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 	}
 	view := agent.NewClusterView(node, cs, dyn)
 
-	root := hostfs.New(opts.root)
 	reg, am, err := metrics.NewRegistry()
 	if err != nil {
 		return err
 	}
+	cc := opts.config(opts.remediate)
 	if opts.remediate {
 		// Count every module load; without a loader for this root the
 		// modules check reports why it cannot load.
-		if nl, err := modules.NewNativeLoader(root); err == nil {
-			opts.loader = metrics.CountingLoader{Loader: nl, Metrics: am}
+		if nl, err := modules.NewNativeLoader(cc.Root); err == nil {
+			cc.Loader = metrics.CountingLoader{Loader: nl, Metrics: am}
 		}
 	}
-	opts.clientset = cs
-	opts.cluster = view.IPVSCluster()
-	checkers, err := opts.checkers(root, opts.remediate)
+	cc.Cluster = &checkset.Cluster{Client: cs, View: view, ShardK: shard.DefaultK}
+	checkers, err := checkset.Build(ctx, cc)
 	if err != nil {
-		return err
-	}
-	if checkers, err = opts.withClusterARP(checkers, view, shard.DefaultK); err != nil {
 		return err
 	}
 	for i, c := range checkers {
@@ -139,7 +135,7 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 	}
 	var dirs []string
 	for _, d := range agent.DefaultModulesLoadDirs {
-		dirs = append(dirs, root.Path(d))
+		dirs = append(dirs, cc.Root.Path(d))
 	}
 	a, err := agent.New(agent.Config{
 		NodeName:            node,

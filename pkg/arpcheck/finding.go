@@ -5,6 +5,8 @@ package arpcheck
 import (
 	"fmt"
 	"strings"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 )
 
 // Finding is the arp check's observation for one IP. Its JSON shape is part
@@ -61,6 +63,21 @@ func (f Finding) String() string {
 		b.WriteString(f.expected())
 	}
 	return b.String()
+}
+
+// State implements check.Finding: the probe's ipvs_guard_arp_* state. A
+// finding without a verdict publishes nothing.
+func (f Finding) State() check.State {
+	if f.IP == "" || f.Result == ResultUnknown {
+		return check.State{}
+	}
+	return check.State{ARP: &check.ARPState{
+		IP:         f.IP,
+		Interface:  f.Interface,
+		Result:     f.Result.String(),
+		Responders: len(f.MACs),
+		RTTSeconds: f.RTTSeconds,
+	}}
 }
 
 // responders lists the MACs with their node names where known.

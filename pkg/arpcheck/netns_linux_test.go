@@ -14,7 +14,6 @@ import (
 	"net"
 	"net/netip"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -24,6 +23,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/ipvs-guard/ipvs-guard/internal/ipvsguardtest"
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 )
@@ -396,11 +396,7 @@ func TestNetNSRouteChoosesInterface(t *testing.T) {
 // prober namespace and checks the JSON contract (DESIGN §8) and exit code.
 func TestNetNSDiagnoseCLI(t *testing.T) {
 	requireNetNS(t)
-	bin := filepath.Join(t.TempDir(), "ipvs-guard")
-	build := exec.Command("go", "build", "-o", bin, "github.com/ipvs-guard/ipvs-guard/cmd/ipvs-guard")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building ipvs-guard: %v\n%s", err, out)
-	}
+	bin := ipvsguardtest.Binary(t)
 	tp := newTopo(t)
 	br := tp.ns("br")
 	tp.bridge(br, "br0")

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 )
 
@@ -69,6 +70,10 @@ func (f Finding) String() string {
 	}
 	return fmt.Sprintf("%s = %d (effective on %s: %d, want %s): %s", f.Sysctl, f.Value, f.Interface, f.Effective, f.Want, verdict)
 }
+
+// State implements check.Finding: a sysctl publishes no metric of its own;
+// the check's status and the StrictARPDisabled condition carry it.
+func (f Finding) State() check.State { return check.State{} }
 
 const (
 	wantIgnore   = "1, 2 or 8"

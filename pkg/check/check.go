@@ -30,11 +30,15 @@ const (
 	NameARP        = "arp"
 )
 
-// Finding is one observation of a check, rendered as a line in the text report
-// and marshalled as an object in the JSON report.
+// Finding is one observation of a check, rendered as a line in the text report,
+// marshalled as an object in the JSON report and published as metrics through
+// its [State].
 type Finding interface {
 	// String renders the finding as one human-readable line.
 	String() string
+	// State returns the typed state the finding publishes as metrics; the
+	// zero State publishes nothing (the check's status is always published).
+	State() State
 }
 
 // Result is what a check reports. Reason is a stable UpperCamelCase token

@@ -21,6 +21,8 @@ type lineFinding struct {
 
 func (f lineFinding) String() string { return f.Item }
 
+func (lineFinding) State() check.State { return check.State{} }
+
 func fixed(name string, st check.Status) check.Checker {
 	return check.Func{CheckName: name, Fn: func(context.Context) (check.Result, error) {
 		return check.Result{Status: st, Reason: "R" + string(st), Message: name + " says " + string(st)}, nil

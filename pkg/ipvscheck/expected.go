@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
 )
 
@@ -206,6 +207,10 @@ func (f Finding) String() string {
 	return vs + svc + ": " + f.Problem
 }
 
+// State implements check.Finding: one virtual server publishes nothing of its
+// own; the table's counts are in [Summary].
+func (f Finding) State() check.State { return check.State{} }
+
 func newFinding(key ipvs.Key, problem string) Finding {
 	return Finding{VIP: key.Address.String(), Port: key.Port, Protocol: key.Protocol.String(), Problem: problem}
 }
@@ -284,8 +289,8 @@ func sortFindings(fs []Finding) {
 	})
 }
 
-// Summary is the size of the IPVS table, reported with every ipvs result
-// (its JSON names are what the metrics collector reads).
+// Summary is the size of the IPVS table, reported with every ipvs result; it
+// publishes the table's counts as metrics ([Summary.State]).
 type Summary struct {
 	// VirtualServers is the number of virtual servers.
 	VirtualServers int `json:"virtual_servers"`
@@ -308,4 +313,14 @@ func (s Summary) String() string {
 		out += fmt.Sprintf(", %d without real servers though their Service has ready endpoints", *s.VirtualServersWithoutRealServers)
 	}
 	return out
+}
+
+// State implements check.Finding: the table's ipvs_guard_ipvs_* state.
+func (s Summary) State() check.State {
+	st := check.IPVSTableState{VirtualServers: s.VirtualServers}
+	if s.VirtualServersWithoutRealServers != nil {
+		v := *s.VirtualServersWithoutRealServers
+		st.WithoutRealServers = &v
+	}
+	return check.State{IPVSTable: &st}
 }

@@ -104,6 +104,16 @@ func (f Finding) String() string {
 	return b.String()
 }
 
+// State implements check.Finding: kube-proxy's mode and strict ARP.
+func (f Finding) State() check.State {
+	st := check.KubeProxyState{Mode: f.Mode}
+	if f.StrictARP != nil {
+		v := *f.StrictARP
+		st.StrictARP = &v
+	}
+	return check.State{KubeProxy: &st}
+}
+
 // Run implements check.Checker.
 func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	logger := klog.FromContext(ctx).WithValues("check", check.NameKubeProxy)

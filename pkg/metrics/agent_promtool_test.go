@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
+	"github.com/ipvs-guard/ipvs-guard/internal/ipvsguardtest"
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
 )
 
@@ -74,12 +74,7 @@ func TestRunningAgentScrape(t *testing.T) {
 		t.Fatalf("creating node: %v", err)
 	}
 
-	bin := filepath.Join(t.TempDir(), "ipvs-guard")
-	build := exec.Command("go", "build", "-o", bin, "../../cmd/ipvs-guard")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building ipvs-guard: %v\n%s", err, out)
-	}
+	bin := ipvsguardtest.Binary(t)
 	metricsAddr, healthAddr := freeAddr(t), freeAddr(t)
 	var logs bytes.Buffer
 	agent := exec.Command(bin, "run", "--kubeconfig", srv.Kubeconfig, "--node-name", node,

@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
-	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 	"github.com/ipvs-guard/ipvs-guard/pkg/results"
 )
 
@@ -25,7 +24,7 @@ func TestStoreSnapshot(t *testing.T) {
 	start := time.Unix(1700000000, 0)
 	store.Record(check.NameModules, check.Result{
 		Name: check.NameModules, Status: check.StatusProblem, Reason: "ModulesNotLoaded", Message: "ip_vs_lc is not loaded",
-		Findings: []check.Finding{modules.Finding{Module: "ip_vs_lc", Available: true}},
+		Findings: []check.Finding{moduleFinding(check.ModuleState{Module: "ip_vs_lc", Available: true})},
 	}, nil, start, 40*time.Millisecond)
 	c := newCollector(StoreSnapshot(store, enabled), testInfo)
 

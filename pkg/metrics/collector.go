@@ -199,45 +199,34 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 
-	// One series set per name: if a check reports the same module or IP
-	// twice, the last finding wins rather than producing a duplicate series
-	// (which would fail the whole scrape).
-	modules := map[string]moduleState{}
-	arps := map[[2]string]arpState{}
 	for _, r := range snap.Results {
 		for _, s := range checkStatuses {
 			gauge(c.checkStatus, boolValue(r.Status == s), r.Name, string(s))
 		}
-		st := stateOf(r)
-		for _, m := range st.modules {
-			modules[m.Module] = m
-		}
-		for _, a := range st.arp {
-			arps[[2]string{a.IP, a.Interface}] = a
-		}
-		if st.mode != "" {
-			gauge(c.kubeProxyMode, 1, st.mode)
-		}
-		if st.strictARP != nil {
-			gauge(c.kubeProxyStrictARP, boolValue(*st.strictARP))
-		}
-		if st.virtualServers != nil {
-			gauge(c.virtualServers, float64(*st.virtualServers))
-		}
-		if st.withoutReal != nil {
-			gauge(c.virtualServersNoReal, float64(*st.withoutReal))
-		}
 	}
 
-	for _, name := range sortedKeys(modules) {
-		m := modules[name]
-		gauge(c.moduleLoaded, boolValue(m.Loaded || m.Builtin), name)
+	st := stateOf(snap.Results...)
+	if st.mode != "" {
+		gauge(c.kubeProxyMode, 1, st.mode)
+	}
+	if st.strictARP != nil {
+		gauge(c.kubeProxyStrictARP, boolValue(*st.strictARP))
+	}
+	if st.virtualServers != nil {
+		gauge(c.virtualServers, float64(*st.virtualServers))
+	}
+	if st.withoutReal != nil {
+		gauge(c.virtualServersNoReal, float64(*st.withoutReal))
+	}
+	for _, name := range sortedKeys(st.modules) {
+		m := st.modules[name]
+		gauge(c.moduleLoaded, boolValue(m.Loaded), name)
 		gauge(c.moduleDeclared, boolValue(m.Declared), name)
-		gauge(c.moduleAvailable, boolValue(m.Available || m.Builtin), name)
+		gauge(c.moduleAvailable, boolValue(m.Available), name)
 		gauge(c.moduleStale, boolValue(m.Stale), name)
 	}
-	keys := make([][2]string, 0, len(arps))
-	for k := range arps {
+	keys := make([][2]string, 0, len(st.arp))
+	for k := range st.arp {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool {
@@ -247,12 +236,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		return keys[i][1] < keys[j][1]
 	})
 	for _, k := range keys {
-		a := arps[k]
+		a := st.arp[k]
 		for _, res := range arpResults {
 			gauge(c.arpProbeResult, boolValue(a.Result == res), a.IP, a.Interface, a.Service, res)
 		}
-		gauge(c.arpResponders, float64(len(a.MACs)), a.IP, a.Interface)
-		if len(a.MACs) > 0 && a.RTTSeconds > 0 {
+		gauge(c.arpResponders, float64(a.Responders), a.IP, a.Interface)
+		if a.Responders > 0 && a.RTTSeconds > 0 {
 			gauge(c.arpProbeRTT, a.RTTSeconds, a.IP, a.Interface)
 		}
 	}

@@ -3,6 +3,7 @@
 package metrics
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -14,46 +15,25 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/version"
 )
 
-// Findings shaped like the checking packages' (their JSON is the contract).
-type moduleFinding struct {
-	Module    string `json:"module"`
-	Loaded    bool   `json:"loaded"`
-	Builtin   bool   `json:"builtin"`
-	Available bool   `json:"available"`
-	Declared  bool   `json:"declared"`
-	Stale     bool   `json:"stale"`
+// Findings that publish a given state, as the checking packages' do.
+func moduleFinding(m check.ModuleState) check.Finding { return stateFinding(check.State{Module: &m}) }
+
+func arpFinding(a check.ARPState) check.Finding { return stateFinding(check.State{ARP: &a}) }
+
+func modeFinding(mode string) check.Finding {
+	return stateFinding(check.State{KubeProxy: &check.KubeProxyState{Mode: mode}})
 }
 
-func (f moduleFinding) String() string { return f.Module }
-
-type arpFinding struct {
-	IP         string   `json:"ip"`
-	Interface  string   `json:"interface"`
-	Result     string   `json:"result"`
-	MACs       []string `json:"macs"`
-	RTTSeconds float64  `json:"rtt_seconds"`
-	Service    string   `json:"service,omitempty"`
+func tableFinding(virtualServers, withoutReal int) check.Finding {
+	return stateFinding(check.State{IPVSTable: &check.IPVSTableState{VirtualServers: virtualServers, WithoutRealServers: &withoutReal}})
 }
 
-func (f arpFinding) String() string { return f.IP }
-
-type modeFinding struct {
-	Mode string `json:"mode"`
-}
-
-func (f modeFinding) String() string { return f.Mode }
-
-type tableFinding struct {
-	VirtualServers int `json:"virtual_servers"`
-	WithoutReal    int `json:"virtual_servers_without_real_servers"`
-}
-
-func (f tableFinding) String() string { return "table" }
-
-// textFinding has no JSON form the collector understands.
+// textFinding publishes no state.
 type textFinding string
 
 func (f textFinding) String() string { return string(f) }
+
+func (textFinding) State() check.State { return check.State{} }
 
 var testInfo = version.Info{Version: "v1.2.3", Commit: "abc", BuildDate: "2026-01-01T00:00:00Z", GoVersion: "go1.26.0", Platform: "linux/amd64"}
 
@@ -79,10 +59,10 @@ func TestCollector(t *testing.T) {
 			snap: Snapshot{Results: []check.Result{{
 				Name: check.NameModules, Status: check.StatusProblem,
 				Findings: []check.Finding{
-					moduleFinding{Module: "ip_vs", Loaded: true, Available: true, Declared: true},
-					moduleFinding{Module: "ip_vs_lc", Available: true},
-					moduleFinding{Module: "nf_conntrack", Builtin: true, Declared: true},
-					moduleFinding{Module: "nf_conntrack_ipv4", Declared: true, Stale: true},
+					moduleFinding(check.ModuleState{Module: "ip_vs", Loaded: true, Available: true, Declared: true}),
+					moduleFinding(check.ModuleState{Module: "ip_vs_lc", Available: true}),
+					moduleFinding(check.ModuleState{Module: "nf_conntrack", Loaded: true, Available: true, Declared: true}),
+					moduleFinding(check.ModuleState{Module: "nf_conntrack_ipv4", Declared: true, Stale: true}),
 					textFinding("ignored"),
 					nil,
 				},
@@ -126,9 +106,9 @@ ipvs_guard_modules_stale_declaration{module="nf_conntrack_ipv4"} 1
 			snap: Snapshot{Results: []check.Result{{
 				Name: check.NameARP, Status: check.StatusProblem,
 				Findings: []check.Finding{
-					arpFinding{IP: "192.0.2.10", Interface: "eth0", Service: "default/web", Result: "answered", MACs: []string{"02:00:00:00:00:01"}, RTTSeconds: 0.0012},
-					arpFinding{IP: "192.0.2.11", Interface: "eth0", Result: "no-reply"},
-					arpFinding{IP: "192.0.2.12", Interface: "eth0", Result: "conflict", MACs: []string{"02:00:00:00:00:01", "02:00:00:00:00:02"}, RTTSeconds: 0.002},
+					arpFinding(check.ARPState{IP: "192.0.2.10", Interface: "eth0", Service: "default/web", Result: "answered", Responders: 1, RTTSeconds: 0.0012}),
+					arpFinding(check.ARPState{IP: "192.0.2.11", Interface: "eth0", Result: "no-reply"}),
+					arpFinding(check.ARPState{IP: "192.0.2.12", Interface: "eth0", Result: "conflict", Responders: 2, RTTSeconds: 0.002}),
 				},
 			}}},
 			metrics: []string{"ipvs_guard_arp_probe_result", "ipvs_guard_arp_responders", "ipvs_guard_arp_probe_rtt_seconds"},
@@ -162,8 +142,8 @@ ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.12"} 2
 			name: "kube-proxy mode, ipvs table and conditions",
 			snap: Snapshot{
 				Results: []check.Result{
-					{Name: check.NameKubeProxy, Status: check.StatusProblem, Findings: []check.Finding{modeFinding{Mode: "iptables"}}},
-					{Name: check.NameIPVS, Status: check.StatusOK, Findings: []check.Finding{tableFinding{VirtualServers: 7, WithoutReal: 2}}},
+					{Name: check.NameKubeProxy, Status: check.StatusProblem, Findings: []check.Finding{modeFinding("iptables")}},
+					{Name: check.NameIPVS, Status: check.StatusOK, Findings: []check.Finding{tableFinding(7, 2)}},
 				},
 				Conditions: []Condition{
 					{Type: "KubeProxyIPVSDegraded", Status: "True", Reason: "NotInIPVSMode"},
@@ -195,8 +175,8 @@ ipvs_guard_node_condition_status{condition="KubeProxyIPVSDegraded",status="Unkno
 			snap: Snapshot{Results: []check.Result{{
 				Name: check.NameARP, Status: check.StatusOK,
 				Findings: []check.Finding{
-					arpFinding{IP: "192.0.2.10", Interface: "eth0", Result: "no-reply"},
-					arpFinding{IP: "192.0.2.10", Interface: "eth0", Service: "default/web", Result: "answered", MACs: []string{"02:00:00:00:00:01"}},
+					arpFinding(check.ARPState{IP: "192.0.2.10", Interface: "eth0", Result: "no-reply"}),
+					arpFinding(check.ARPState{IP: "192.0.2.10", Interface: "eth0", Result: "answered", Responders: 1}),
 				},
 			}}},
 			metrics: []string{"ipvs_guard_arp_responders"},
@@ -222,8 +202,8 @@ ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.10"} 1
 func TestCollectorVanishes(t *testing.T) {
 	snap := Snapshot{Results: []check.Result{
 		{Name: check.NameARP, Status: check.StatusProblem, Findings: []check.Finding{
-			arpFinding{IP: "192.0.2.10", Interface: "eth0", Service: "default/web", Result: "answered", MACs: []string{"02:00:00:00:00:01"}},
-			arpFinding{IP: "192.0.2.11", Interface: "eth0", Result: "no-reply"},
+			arpFinding(check.ARPState{IP: "192.0.2.10", Interface: "eth0", Result: "answered", Responders: 1}),
+			arpFinding(check.ARPState{IP: "192.0.2.11", Interface: "eth0", Result: "no-reply"}),
 		}},
 	}}
 	c := newCollector(func() Snapshot { return snap }, testInfo)
@@ -237,7 +217,7 @@ func TestCollectorVanishes(t *testing.T) {
 	// The Service behind 192.0.2.11 is deleted: the next results no longer probe it.
 	snap = Snapshot{Results: []check.Result{
 		{Name: check.NameARP, Status: check.StatusOK, Findings: []check.Finding{
-			arpFinding{IP: "192.0.2.10", Interface: "eth0", Service: "default/web", Result: "answered", MACs: []string{"02:00:00:00:00:01"}},
+			arpFinding(check.ARPState{IP: "192.0.2.10", Interface: "eth0", Result: "answered", Responders: 1}),
 		}},
 	}}
 	want := `
@@ -255,8 +235,8 @@ ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.10"} 1
 
 func TestCollectorLint(t *testing.T) {
 	snap := Snapshot{Results: []check.Result{
-		{Name: check.NameModules, Status: check.StatusOK, Findings: []check.Finding{moduleFinding{Module: "ip_vs", Loaded: true, Available: true, Declared: true}}},
-		{Name: check.NameARP, Status: check.StatusOK, Findings: []check.Finding{arpFinding{IP: "192.0.2.10", Interface: "eth0", Service: "default/web", Result: "answered", MACs: []string{"02:00:00:00:00:01"}, RTTSeconds: 0.001}}},
+		{Name: check.NameModules, Status: check.StatusOK, Findings: []check.Finding{moduleFinding(check.ModuleState{Module: "ip_vs", Loaded: true, Available: true, Declared: true})}},
+		{Name: check.NameARP, Status: check.StatusOK, Findings: []check.Finding{arpFinding(check.ARPState{IP: "192.0.2.10", Interface: "eth0", Result: "answered", Responders: 1, RTTSeconds: 0.001})}},
 	}}
 	problems, err := testutil.CollectAndLint(newCollector(func() Snapshot { return snap }, testInfo))
 	if err != nil {
@@ -294,4 +274,70 @@ ipvs_guard_reconcile_total{check="modules"} 3
 		"ipvs_guard_reconcile_last_success_timestamp_seconds", "ipvs_guard_reconcile_last_duration_seconds"); err != nil {
 		t.Error(err)
 	}
+}
+
+// stateSamples holds one published state of every kind [check.State] has.
+// TestEveryStateKindIsExposed fails when a kind is added to check.State
+// without a sample here and metrics in the collector.
+var stateSamples = map[string]check.State{
+	"Module":    {Module: &check.ModuleState{Module: "ip_vs", Loaded: true}},
+	"KubeProxy": {KubeProxy: &check.KubeProxyState{Mode: "ipvs"}},
+	"IPVSTable": {IPVSTable: &check.IPVSTableState{VirtualServers: 1}},
+	"ARP":       {ARP: &check.ARPState{IP: "192.0.2.1", Interface: "eth0", Result: "answered", Responders: 1}},
+}
+
+// TestEveryStateKindIsExposed checks that every kind of state a finding can
+// publish becomes metric families of its own, so a new kind of finding state
+// cannot be silently dropped from /metrics.
+func TestEveryStateKindIsExposed(t *testing.T) {
+	base := families(t, Snapshot{Results: []check.Result{{Name: "sample", Status: check.StatusOK, Findings: []check.Finding{textFinding("text")}}}})
+	seen := map[string]string{} // family -> kind
+	fields := reflect.VisibleFields(reflect.TypeOf(check.State{}))
+	if len(fields) != len(stateSamples) {
+		t.Errorf("check.State has %d kinds, stateSamples %d: give every kind a sample", len(fields), len(stateSamples))
+	}
+	for _, f := range fields {
+		t.Run(f.Name, func(t *testing.T) {
+			st, ok := stateSamples[f.Name]
+			if !ok {
+				t.Fatalf("no sample of check.State.%s: add one and expose it in the collector", f.Name)
+			}
+			if v := reflect.ValueOf(st); v.FieldByIndex(f.Index).IsZero() {
+				t.Fatalf("the sample of %s does not set it", f.Name)
+			}
+			var own []string
+			for name := range families(t, Snapshot{Results: []check.Result{{Name: "sample", Status: check.StatusOK, Findings: []check.Finding{stateFinding(st)}}}}) {
+				if !base[name] {
+					own = append(own, name)
+				}
+			}
+			if len(own) == 0 {
+				t.Fatalf("check.State.%s is exposed as no metric", f.Name)
+			}
+			for _, name := range own {
+				if other, dup := seen[name]; dup {
+					t.Errorf("%s is exposed by both %s and %s", name, other, f.Name)
+				}
+				seen[name] = f.Name
+			}
+		})
+	}
+}
+
+// families returns the names of the metric families the collector exposes for snap.
+func families(t *testing.T, snap Snapshot) map[string]bool {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(newCollector(func() Snapshot { return snap }, testInfo)); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, mf := range mfs {
+		out[mf.GetName()] = true
+	}
+	return out
 }

@@ -10,10 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
-	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
-	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
 
 // Family describes one exposed metric, for documentation.
@@ -32,13 +29,16 @@ type Family struct {
 // registry fed with one sample of every state and activity (the chart README
 // is generated from it).
 func Describe() ([]Family, error) {
-	strict := true
+	strict, noReal := true, 0
+	sample := func(name string, st check.State) check.Result {
+		return check.Result{Name: name, Status: check.StatusOK, Findings: []check.Finding{stateFinding(st)}}
+	}
 	snap := Snapshot{
 		Results: []check.Result{
-			{Name: check.NameModules, Status: check.StatusOK, Findings: []check.Finding{modules.Finding{Module: "ip_vs"}}},
-			{Name: check.NameKubeProxy, Status: check.StatusOK, Findings: []check.Finding{kubeproxy.Finding{Mode: "ipvs", StrictARP: &strict}}},
-			{Name: check.NameIPVS, Status: check.StatusOK, Findings: []check.Finding{sampleFinding{VirtualServers: 1, WithoutReal: 0}}},
-			{Name: check.NameARP, Status: check.StatusOK, Findings: []check.Finding{arpcheck.Finding{IP: "192.0.2.1", Interface: "eth0", Result: arpcheck.ResultAnswered, MACs: []string{"02:00:00:00:00:01"}, RTTSeconds: 0.001}}},
+			sample(check.NameModules, check.State{Module: &check.ModuleState{Module: "ip_vs"}}),
+			sample(check.NameKubeProxy, check.State{KubeProxy: &check.KubeProxyState{Mode: "ipvs", StrictARP: &strict}}),
+			sample(check.NameIPVS, check.State{IPVSTable: &check.IPVSTableState{VirtualServers: 1, WithoutRealServers: &noReal}}),
+			sample(check.NameARP, check.State{ARP: &check.ARPState{IP: "192.0.2.1", Interface: "eth0", Result: "answered", Responders: 1, RTTSeconds: 0.001}}),
 		},
 		Conditions: []Condition{{Type: "IPVSModulesMissing", Status: "False", Reason: "ModulesLoaded"}},
 		Checks:     []CheckRuns{{Name: check.NameModules, Runs: 1, LastSuccess: time.Unix(1, 0)}},
@@ -78,10 +78,9 @@ func Describe() ([]Family, error) {
 	return out, nil
 }
 
-// sampleFinding has the JSON shape the collector reads IPVS table counts from.
-type sampleFinding struct {
-	VirtualServers int `json:"virtual_servers"`
-	WithoutReal    int `json:"virtual_servers_without_real_servers"`
-}
+// stateFinding is a finding that publishes the given state (Describe's samples).
+type stateFinding check.State
 
-func (sampleFinding) String() string { return "sample" }
+func (stateFinding) String() string { return "sample" }
+
+func (f stateFinding) State() check.State { return check.State(f) }

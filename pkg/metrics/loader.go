@@ -5,21 +5,26 @@ package metrics
 import (
 	"context"
 	"errors"
-
-	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
+
+// Loader loads kernel modules by name, returning the names it inserted; it has
+// the method set of modules.Loader, which this package does not import.
+type Loader interface {
+	// Load loads names and returns the ones it inserted.
+	Load(ctx context.Context, names []string) ([]string, error)
+}
 
 // CountingLoader is a modules.Loader that counts every module load attempt
 // in ipvs_guard_modules_load_attempts_total. Give it to modules.Config.Loader
 // in the agent. It loads the names one at a time so each gets its own result.
 type CountingLoader struct {
 	// Loader does the loading.
-	Loader modules.Loader
+	Loader Loader
 	// Metrics receives one observation per name.
 	Metrics *Metrics
 }
 
-var _ modules.Loader = CountingLoader{}
+var _ Loader = CountingLoader{}
 
 // Load implements modules.Loader.
 func (l CountingLoader) Load(ctx context.Context, names []string) ([]string, error) {

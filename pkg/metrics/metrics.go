@@ -61,11 +61,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // findings feed the probe duration histogram. [Instrument] calls it.
 func (m *Metrics) ObserveCheck(res check.Result, err error, d time.Duration) {
 	m.reconcileDuration.WithLabelValues(res.Name).Observe(d.Seconds())
-	if res.Name == check.NameARP && err == nil {
-		for _, a := range stateOf(res).arp {
-			if a.RTTSeconds > 0 {
-				m.arpProbeDuration.WithLabelValues(a.Result).Observe(a.RTTSeconds)
-			}
+	if err != nil {
+		return
+	}
+	for _, f := range res.Findings {
+		if a := findingState(f).ARP; a != nil && a.Result != "" && a.RTTSeconds > 0 {
+			m.arpProbeDuration.WithLabelValues(a.Result).Observe(a.RTTSeconds)
 		}
 	}
 }

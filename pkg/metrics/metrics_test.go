@@ -27,8 +27,8 @@ func TestMetrics(t *testing.T) {
 	m.ObserveCheck(check.Result{Name: check.NameModules, Status: check.StatusProblem}, nil, 3*time.Second)
 	m.ObserveCheck(check.Result{Name: check.NameIPVS}, errors.New("netlink: EPERM"), time.Millisecond)
 	m.ObserveCheck(check.Result{Name: check.NameARP, Status: check.StatusProblem, Findings: []check.Finding{
-		arpFinding{IP: "192.0.2.10", Interface: "eth0", Result: "answered", MACs: []string{"02:00:00:00:00:01"}, RTTSeconds: 0.0008},
-		arpFinding{IP: "192.0.2.11", Interface: "eth0", Result: "no-reply"},
+		arpFinding(check.ARPState{IP: "192.0.2.10", Interface: "eth0", Result: "answered", Responders: 1, RTTSeconds: 0.0008}),
+		arpFinding(check.ARPState{IP: "192.0.2.11", Interface: "eth0", Result: "no-reply"}),
 	}}, nil, 300*time.Millisecond)
 	m.ObserveModuleLoad("ip_vs_lc", nil)
 	m.ObserveModuleLoad("ip_vs_nosuch", errors.New("not found"))

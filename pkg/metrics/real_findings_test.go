@@ -1,31 +1,37 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package metrics
+package metrics_test
 
 import (
-	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
+	"github.com/ipvs-guard/ipvs-guard/pkg/metrics"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
 
 // TestCollectorRealFindings feeds the checking packages' own finding types,
-// by value and by pointer.
+// by value and by pointer, through the state they publish.
 func TestCollectorRealFindings(t *testing.T) {
-	snap := Snapshot{Results: []check.Result{
+	noReal := 1
+	snap := metrics.Snapshot{Results: []check.Result{
 		{Name: check.NameModules, Status: check.StatusProblem, Findings: []check.Finding{
 			modules.Finding{Module: "ip_vs", Loaded: true, Available: true, Declared: true},
 			&modules.Finding{Module: "ip_vs_lc", Available: true},
+			modules.Finding{Module: "nf_conntrack", Builtin: true},
+			(*modules.Finding)(nil),
+		}},
+		{Name: check.NameIPVS, Status: check.StatusOK, Findings: []check.Finding{
+			ipvscheck.Summary{VirtualServers: 3, RealServers: 4, VirtualServersWithoutRealServers: &noReal},
+			ipvscheck.Finding{VIP: "10.43.0.1", Port: 443, Protocol: "TCP", Problem: ipvscheck.ProblemNoRealServers},
 		}},
 		{Name: check.NameARP, Status: check.StatusProblem, Findings: []check.Finding{
 			arpcheck.Finding{IP: "192.0.2.10", Interface: "eth0", Service: "default/web", Result: arpcheck.ResultConflict, MACs: []string{"02:00:00:00:00:01", "02:00:00:00:00:02"}, RTTSeconds: 0.001},
@@ -38,13 +44,21 @@ func TestCollectorRealFindings(t *testing.T) {
 # TYPE ipvs_guard_arp_responders gauge
 ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.10"} 2
 ipvs_guard_arp_responders{interface="eth0",ip="192.0.2.11"} 1
+# HELP ipvs_guard_ipvs_virtual_servers Number of IPVS virtual servers in the node's table.
+# TYPE ipvs_guard_ipvs_virtual_servers gauge
+ipvs_guard_ipvs_virtual_servers 3
+# HELP ipvs_guard_ipvs_virtual_servers_without_real_servers Number of IPVS virtual servers whose Service has ready endpoints but which have no real servers.
+# TYPE ipvs_guard_ipvs_virtual_servers_without_real_servers gauge
+ipvs_guard_ipvs_virtual_servers_without_real_servers 1
 # HELP ipvs_guard_modules_loaded Whether a required kernel module is loaded or built in (1) or not (0).
 # TYPE ipvs_guard_modules_loaded gauge
 ipvs_guard_modules_loaded{module="ip_vs"} 1
 ipvs_guard_modules_loaded{module="ip_vs_lc"} 0
+ipvs_guard_modules_loaded{module="nf_conntrack"} 1
 `
-	c := newCollector(func() Snapshot { return snap }, testInfo)
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "ipvs_guard_arp_responders", "ipvs_guard_modules_loaded"); err != nil {
+	c := metrics.NewCollector(func() metrics.Snapshot { return snap })
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "ipvs_guard_arp_responders", "ipvs_guard_modules_loaded",
+		"ipvs_guard_ipvs_virtual_servers", "ipvs_guard_ipvs_virtual_servers_without_real_servers"); err != nil {
 		t.Error(err)
 	}
 	wantResult := `
@@ -64,64 +78,25 @@ ipvs_guard_arp_probe_result{interface="eth0",ip="192.0.2.11",result="wrong-respo
 	}
 }
 
-type fakeLoader struct {
-	fail  map[string]bool
-	calls [][]string
-}
-
-func (f *fakeLoader) Load(_ context.Context, names []string) ([]string, error) {
-	f.calls = append(f.calls, names)
-	var out []string
-	var errs []error
-	for _, n := range names {
-		if f.fail[n] {
-			errs = append(errs, errors.New(n+": not found"))
-			continue
-		}
-		out = append(out, n)
-	}
-	return out, errors.Join(errs...)
-}
-
-func TestCountingLoader(t *testing.T) {
+// TestObserveCheckRealFindings feeds a real ARP finding to the probe
+// duration histogram.
+func TestObserveCheckRealFindings(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	m, err := NewMetrics(reg)
+	m, err := metrics.NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
-	}
-	fake := &fakeLoader{fail: map[string]bool{"ip_vs_nosuch": true}}
-	l := CountingLoader{Loader: fake, Metrics: m}
-	got, err := l.Load(context.Background(), []string{"ip_vs", "ip_vs_nosuch", "ip_vs_lc"})
-	if err == nil || !strings.Contains(err.Error(), "ip_vs_nosuch: not found") {
-		t.Errorf("error %v does not carry the failing module's error", err)
-	}
-	if diff := cmp.Diff([]string{"ip_vs", "ip_vs_lc"}, got); diff != "" {
-		t.Errorf("inserted (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff([][]string{{"ip_vs"}, {"ip_vs_nosuch"}, {"ip_vs_lc"}}, fake.calls); diff != "" {
-		t.Errorf("calls (-want +got):\n%s", diff)
-	}
-	want := `
-# HELP ipvs_guard_modules_load_attempts_total Number of kernel module load attempts by remediation, by module and result (success or failure).
-# TYPE ipvs_guard_modules_load_attempts_total counter
-ipvs_guard_modules_load_attempts_total{module="ip_vs",result="success"} 1
-ipvs_guard_modules_load_attempts_total{module="ip_vs_lc",result="success"} 1
-ipvs_guard_modules_load_attempts_total{module="ip_vs_nosuch",result="failure"} 1
-`
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ipvs_guard_modules_load_attempts_total"); err != nil {
-		t.Error(err)
 	}
 	m.ObserveCheck(check.Result{Name: check.NameARP, Status: check.StatusOK, Findings: []check.Finding{
 		arpcheck.Finding{IP: "192.0.2.10", Interface: "eth0", Result: arpcheck.ResultAnswered, MACs: []string{"02:00:00:00:00:01"}, RTTSeconds: 0.0004},
 	}}, nil, time.Millisecond)
-	if got := testutil.CollectAndCount(m.arpProbeDuration); got != 1 {
+	if got := gatherCount(t, reg, "ipvs_guard_arp_probe_duration_seconds"); got != 1 {
 		t.Errorf("arp probe histograms from real findings: got %d, want 1", got)
 	}
 }
 
 func TestCollectorKubeProxyFinding(t *testing.T) {
 	on := true
-	snap := Snapshot{Results: []check.Result{{Name: check.NameKubeProxy, Status: check.StatusOK, Findings: []check.Finding{
+	snap := metrics.Snapshot{Results: []check.Result{{Name: check.NameKubeProxy, Status: check.StatusOK, Findings: []check.Finding{
 		&kubeproxy.Finding{Mode: "ipvs", StrictARP: &on, KubeIPVS0: true},
 	}}}}
 	want := `
@@ -132,7 +107,7 @@ ipvs_guard_kube_proxy_mode{mode="ipvs"} 1
 # TYPE ipvs_guard_kube_proxy_strict_arp gauge
 ipvs_guard_kube_proxy_strict_arp 1
 `
-	c := newCollector(func() Snapshot { return snap }, testInfo)
+	c := metrics.NewCollector(func() metrics.Snapshot { return snap })
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "ipvs_guard_kube_proxy_mode", "ipvs_guard_kube_proxy_strict_arp"); err != nil {
 		t.Error(err)
 	}
@@ -141,4 +116,13 @@ ipvs_guard_kube_proxy_strict_arp 1
 	if got := testutil.CollectAndCount(c, "ipvs_guard_kube_proxy_strict_arp"); got != 0 {
 		t.Errorf("strict_arp series with unknown strictARP: got %d, want 0", got)
 	}
+}
+
+func gatherCount(t *testing.T, reg prometheus.Gatherer, name string) int {
+	t.Helper()
+	n, err := testutil.GatherAndCount(reg, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

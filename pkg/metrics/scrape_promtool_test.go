@@ -19,9 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
-	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
-	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
 
 // TestScrapeIsValidForPromtool serves the collector and the activity metrics
@@ -34,18 +32,18 @@ func TestScrapeIsValidForPromtool(t *testing.T) {
 	snap := Snapshot{
 		Results: []check.Result{
 			{Name: check.NameModules, Status: check.StatusProblem, Findings: []check.Finding{
-				modules.Finding{Module: "ip_vs", Loaded: true, Available: true, Declared: true},
-				modules.Finding{Module: "ip_vs_rr", Loaded: true, Available: true, Declared: true},
-				modules.Finding{Module: "ip_vs_lc", Available: true},
-				modules.Finding{Module: "nf_conntrack", Loaded: true, Available: true, Declared: true},
-				modules.Finding{Module: "nf_conntrack_ipv4", Declared: true, Stale: true},
+				moduleFinding(check.ModuleState{Module: "ip_vs", Loaded: true, Available: true, Declared: true}),
+				moduleFinding(check.ModuleState{Module: "ip_vs_rr", Loaded: true, Available: true, Declared: true}),
+				moduleFinding(check.ModuleState{Module: "ip_vs_lc", Available: true}),
+				moduleFinding(check.ModuleState{Module: "nf_conntrack", Loaded: true, Available: true, Declared: true}),
+				moduleFinding(check.ModuleState{Module: "nf_conntrack_ipv4", Declared: true, Stale: true}),
 			}},
-			{Name: check.NameKubeProxy, Status: check.StatusOK, Findings: []check.Finding{modeFinding{Mode: "ipvs"}}},
-			{Name: check.NameIPVS, Status: check.StatusOK, Findings: []check.Finding{tableFinding{VirtualServers: 12, WithoutReal: 1}}},
+			{Name: check.NameKubeProxy, Status: check.StatusOK, Findings: []check.Finding{modeFinding("ipvs")}},
+			{Name: check.NameIPVS, Status: check.StatusOK, Findings: []check.Finding{tableFinding(12, 1)}},
 			{Name: check.NameARPSysctls, Status: check.StatusSkipped},
 			{Name: check.NameARP, Status: check.StatusProblem, Findings: []check.Finding{
-				arpcheck.Finding{IP: "192.0.2.10", Interface: "eth0", Result: arpcheck.ResultAnswered, MACs: []string{"02:00:00:00:00:01"}, RTTSeconds: 0.0009},
-				arpcheck.Finding{IP: "192.0.2.11", Interface: "eth0", Result: arpcheck.ResultNoReply},
+				arpFinding(check.ARPState{IP: "192.0.2.10", Interface: "eth0", Result: "answered", Responders: 1, RTTSeconds: 0.0009}),
+				arpFinding(check.ARPState{IP: "192.0.2.11", Interface: "eth0", Result: "no-reply"}),
 			}},
 		},
 		Conditions: []Condition{

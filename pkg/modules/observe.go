@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 )
 
@@ -71,6 +72,18 @@ func (f Finding) String() string {
 		parts = append(parts, "NOT DECLARED for boot")
 	}
 	return f.Module + ": " + strings.Join(parts, ", ")
+}
+
+// State implements check.Finding: the module's ipvs_guard_modules_* state (a
+// built-in module counts as loaded and available).
+func (f Finding) State() check.State {
+	return check.State{Module: &check.ModuleState{
+		Module:    f.Module,
+		Loaded:    f.Loaded || f.Builtin,
+		Available: f.Available || f.Builtin,
+		Declared:  f.Declared,
+		Stale:     f.Stale,
+	}}
 }
 
 // Observation is everything the modules check saw on the node.

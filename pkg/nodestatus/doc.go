@@ -9,6 +9,8 @@
 // Manager (a strategic-merge patch of only its own condition types, no write
 // when nothing changed, lastTransitionTime only on a status change, removal
 // of conditions whose check is disabled, conflicts retried) and the narrow
-// Client it writes through. It must not run checks, watch anything or decide
-// when to reconcile: the agent loop does that and hands it desired state.
+// Client it writes through (its in-memory double is
+// nodestatustest.FakeClient). It must not run checks, watch anything or
+// decide when to reconcile: the agent loop does that and hands it desired
+// state.
 package nodestatus

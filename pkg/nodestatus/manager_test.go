@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package nodestatus
+package nodestatus_test
 
 import (
 	"context"
@@ -16,6 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
+	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus/nodestatustest"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -31,16 +34,16 @@ func seededNode() *corev1.Node {
 }
 
 type fixture struct {
-	client *FakeClient
+	client *nodestatustest.FakeClient
 	clock  *testingclock.FakeClock
 	rec    *events.FakeRecorder
-	m      *Manager
+	m      *nodestatus.Manager
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := &fixture{client: NewFakeClient(seededNode()), clock: testingclock.NewFakeClock(t0), rec: events.NewFakeRecorder(100)}
-	m, err := NewManager(ManagerConfig{NodeName: "node-a", Client: f.client, Recorder: f.rec, Clock: f.clock,
+	f := &fixture{client: nodestatustest.NewFakeClient(seededNode()), clock: testingclock.NewFakeClock(t0), rec: events.NewFakeRecorder(100)}
+	m, err := nodestatus.NewManager(nodestatus.ManagerConfig{NodeName: "node-a", Client: f.client, Recorder: f.rec, Clock: f.clock,
 		CachedNode: func() (*corev1.Node, error) { return f.client.Node(), nil }})
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +52,7 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-func (f *fixture) sync(t *testing.T, conds ...Condition) {
+func (f *fixture) sync(t *testing.T, conds ...nodestatus.Condition) {
 	t.Helper()
 	f.m.SetConditions(conds)
 	if err := f.m.Sync(context.Background()); err != nil {
@@ -69,16 +72,16 @@ func (f *fixture) events() []string {
 	}
 }
 
-func healthy() []Condition {
-	var out []Condition
-	for _, t := range AllConditionTypes() {
-		out = append(out, Condition{Type: t, Status: StatusFalse, Reason: ReasonCheckPassed, Message: "fine."})
+func healthy() []nodestatus.Condition {
+	var out []nodestatus.Condition
+	for _, t := range nodestatus.AllConditionTypes() {
+		out = append(out, nodestatus.Condition{Type: t, Status: nodestatus.StatusFalse, Reason: nodestatus.ReasonCheckPassed, Message: "fine."})
 	}
 	return out
 }
 
-func withStatus(conds []Condition, t ConditionType, s Status, reason, msg string) []Condition {
-	out := append([]Condition(nil), conds...)
+func withStatus(conds []nodestatus.Condition, t nodestatus.ConditionType, s nodestatus.Status, reason, msg string) []nodestatus.Condition {
+	out := append([]nodestatus.Condition(nil), conds...)
 	for i := range out {
 		if out[i].Type == t {
 			out[i].Status, out[i].Reason, out[i].Message = s, reason, msg
@@ -87,7 +90,7 @@ func withStatus(conds []Condition, t ConditionType, s Status, reason, msg string
 	return out
 }
 
-func condition(n *corev1.Node, t ConditionType) *corev1.NodeCondition {
+func condition(n *corev1.Node, t nodestatus.ConditionType) *corev1.NodeCondition {
 	for i := range n.Status.Conditions {
 		if string(n.Status.Conditions[i].Type) == string(t) {
 			return &n.Status.Conditions[i]
@@ -141,9 +144,9 @@ func TestManagerTransitions(t *testing.T) {
 
 	f.clock.Step(time.Minute)
 	t1 := f.clock.Now()
-	bad := withStatus(healthy(), IPVSModulesMissing, StatusTrue, "ModulesNotLoaded", "ip_vs_lc is not loaded; run ipvs-guard with --remediate.")
+	bad := withStatus(healthy(), nodestatus.IPVSModulesMissing, nodestatus.StatusTrue, "ModulesNotLoaded", "ip_vs_lc is not loaded; run ipvs-guard with --remediate.")
 	f.sync(t, bad...)
-	c := condition(f.client.Node(), IPVSModulesMissing)
+	c := condition(f.client.Node(), nodestatus.IPVSModulesMissing)
 	if c.Status != corev1.ConditionTrue || c.Reason != "ModulesNotLoaded" || !c.LastTransitionTime.Time.Equal(t1) {
 		t.Errorf("after problem: %+v", c)
 	}
@@ -153,9 +156,9 @@ func TestManagerTransitions(t *testing.T) {
 
 	// Same status, other reason and message: rewritten, but no transition and no event.
 	f.clock.Step(time.Minute)
-	bad2 := withStatus(healthy(), IPVSModulesMissing, StatusTrue, "ModulesNotPersisted", "ip_vs_lc is not declared.")
+	bad2 := withStatus(healthy(), nodestatus.IPVSModulesMissing, nodestatus.StatusTrue, "ModulesNotPersisted", "ip_vs_lc is not declared.")
 	f.sync(t, bad2...)
-	c = condition(f.client.Node(), IPVSModulesMissing)
+	c = condition(f.client.Node(), nodestatus.IPVSModulesMissing)
 	if c.Reason != "ModulesNotPersisted" || !c.LastTransitionTime.Time.Equal(t1) {
 		t.Errorf("reason change moved lastTransitionTime or was lost: %+v", c)
 	}
@@ -163,14 +166,14 @@ func TestManagerTransitions(t *testing.T) {
 		t.Errorf("reason change emitted events: %q", ev)
 	}
 	// Other conditions kept their transition time from the start.
-	if c := condition(f.client.Node(), StrictARPDisabled); !c.LastTransitionTime.Time.Equal(t0) {
+	if c := condition(f.client.Node(), nodestatus.StrictARPDisabled); !c.LastTransitionTime.Time.Equal(t0) {
 		t.Errorf("untouched condition moved: %+v", c)
 	}
 
 	f.clock.Step(time.Minute)
 	t3 := f.clock.Now()
 	f.sync(t, healthy()...)
-	c = condition(f.client.Node(), IPVSModulesMissing)
+	c = condition(f.client.Node(), nodestatus.IPVSModulesMissing)
 	if c.Status != corev1.ConditionFalse || !c.LastTransitionTime.Time.Equal(t3) {
 		t.Errorf("after recovery: %+v", c)
 	}
@@ -184,10 +187,10 @@ func TestManagerRemovesDisabledConditions(t *testing.T) {
 	f.sync(t, healthy()...)
 	f.sync(t, healthy()[:3]...)
 	n := f.client.Node()
-	if condition(n, LoadBalancerARPFailing) != nil {
+	if condition(n, nodestatus.LoadBalancerARPFailing) != nil {
 		t.Errorf("LoadBalancerARPFailing still present")
 	}
-	if condition(n, "Ready") == nil || condition(n, IPVSModulesMissing) == nil {
+	if condition(n, "Ready") == nil || condition(n, nodestatus.IPVSModulesMissing) == nil {
 		t.Errorf("removal took other conditions: %+v", n.Status.Conditions)
 	}
 	f.sync(t, healthy()[:3]...)
@@ -215,7 +218,7 @@ func TestManagerRetriesConflict(t *testing.T) {
 		t.Errorf("want one live GET after the conflict, got %d", f.client.Gets())
 	}
 	n := f.client.Node()
-	if condition(n, IPVSModulesMissing) == nil || n.Labels["touched"] != "yes" {
+	if condition(n, nodestatus.IPVSModulesMissing) == nil || n.Labels["touched"] != "yes" {
 		t.Errorf("conflict lost data: %+v", n)
 	}
 }
@@ -229,7 +232,7 @@ func TestManagerRunRetriesAfterFailure(t *testing.T) {
 	go func() { f.m.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
-	f.m.SetConditions(withStatus(healthy(), StrictARPDisabled, StatusTrue, "ArpIgnoreOff", "arp_ignore=0."))
+	f.m.SetConditions(withStatus(healthy(), nodestatus.StrictARPDisabled, nodestatus.StatusTrue, "ArpIgnoreOff", "arp_ignore=0."))
 	waitFor(t, func() bool { return len(f.client.StatusPatches()) == 1 })
 	if _, err := f.m.LastSync(); !errors.Is(err, down) {
 		t.Fatalf("LastSync error = %v, want the injected one", err)
@@ -245,7 +248,7 @@ func TestManagerRunRetriesAfterFailure(t *testing.T) {
 		t.Fatalf("retried before the backoff elapsed: %d patches", n)
 	}
 	f.clock.Step(time.Second)
-	waitFor(t, func() bool { return condition(f.client.Node(), StrictARPDisabled) != nil })
+	waitFor(t, func() bool { return condition(f.client.Node(), nodestatus.StrictARPDisabled) != nil })
 	// The Event follows the successful patch from the manager's goroutine.
 	var events []string
 	waitFor(t, func() bool { events = append(events, f.events()...); return len(events) > 0 })
@@ -285,7 +288,7 @@ func TestManagerAnnotationOnlyWhenChanged(t *testing.T) {
 
 func TestManagerReportsNotFound(t *testing.T) {
 	f := newFixture(t)
-	m, err := NewManager(ManagerConfig{NodeName: "elsewhere", Client: f.client, Clock: f.clock})
+	m, err := nodestatus.NewManager(nodestatus.ManagerConfig{NodeName: "elsewhere", Client: f.client, Clock: f.clock})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package nodestatus
+package nodestatustest
 
 import (
 	"context"
@@ -14,9 +14,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 )
 
-// FakeClient is an in-memory Client for tests. It applies patches the way
+// FakeClient is an in-memory nodestatus.Client for tests. It applies patches the way
 // the API server does (strategic merge for status, JSON merge for metadata,
 // resourceVersion as a precondition) and records every call.
 type FakeClient struct {
@@ -32,7 +34,7 @@ type FakeClient struct {
 	beforePatch func(n *corev1.Node) bool
 }
 
-var _ Client = (*FakeClient)(nil)
+var _ nodestatus.Client = (*FakeClient)(nil)
 
 // NewFakeClient returns a FakeClient storing a copy of node.
 func NewFakeClient(node *corev1.Node) *FakeClient {
@@ -109,7 +111,7 @@ func (f *FakeClient) nextErr() error {
 	return err
 }
 
-// GetNode implements Client.
+// GetNode implements nodestatus.Client.
 func (f *FakeClient) GetNode(_ context.Context, name string) (*corev1.Node, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -123,7 +125,7 @@ func (f *FakeClient) GetNode(_ context.Context, name string) (*corev1.Node, erro
 	return f.node.DeepCopy(), nil
 }
 
-// PatchNodeStatus implements Client.
+// PatchNodeStatus implements nodestatus.Client.
 func (f *FakeClient) PatchNodeStatus(_ context.Context, name string, patch []byte) (*corev1.Node, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -139,7 +141,7 @@ func (f *FakeClient) PatchNodeStatus(_ context.Context, name string, patch []byt
 	})
 }
 
-// PatchNodeMetadata implements Client.
+// PatchNodeMetadata implements nodestatus.Client.
 func (f *FakeClient) PatchNodeMetadata(_ context.Context, name string, patch []byte) (*corev1.Node, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

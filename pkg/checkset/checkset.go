@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package checkset
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
+	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
+	"github.com/ipvs-guard/ipvs-guard/pkg/arpsysctl"
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/distro"
+	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
+	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
+)
+
+// DefaultListTimeout bounds the one-shot listing of the cluster (Services,
+// Nodes, MetalLB's ServiceL2Status) when no agent view is given.
+const DefaultListTimeout = 10 * time.Second
+
+// Config is everything the check set is built from (DESIGN §8: the flags
+// shared by `diagnose` and `run`).
+type Config struct {
+	// Root is the host's filesystem (--root).
+	Root hostfs.Root
+	// NodeName is this node's name (--node-name).
+	NodeName string
+	// Scheduler is the IPVS scheduler (--scheduler); empty resolves it from
+	// kube-proxy's /configz, else its ConfigMap, else rr, on every run.
+	Scheduler string
+	// KubeProxyMetricsAddress is where kube-proxy serves /proxyMode and
+	// /configz (--kube-proxy-metrics-address); empty is
+	// kubeproxy.DefaultMetricsAddress.
+	KubeProxyMetricsAddress string
+	// ProbeIPs are the IPs the arp check probes (--probe-ip); when set, it
+	// probes exactly these, never the cluster's LoadBalancer IPs.
+	ProbeIPs []string
+	// ProbeInterface is the interface to probe on (--interface); empty
+	// picks one by route lookup.
+	ProbeInterface string
+	// Remediate lets the modules check load modules and write the
+	// modules-load.d file (diagnose --fix, run --remediate). Off, no check
+	// changes anything on the node.
+	Remediate bool
+	// Loader loads modules when Remediate is set; nil is the native loader.
+	Loader modules.Loader
+	// Cluster is how the cluster-aware checks read the cluster; nil means
+	// node-local checks only.
+	Cluster *Cluster
+}
+
+// Cluster is the cluster access of the cluster-aware checks.
+type Cluster struct {
+	// Client reads Services, EndpointSlices, the kube-proxy ConfigMap and
+	// this Node's kube-proxy version.
+	Client kubernetes.Interface
+	// View is the agent's informer-fed view of the cluster: the ipvs and
+	// arp-sysctls checks read Services and EndpointSlices from it and the
+	// arp check probes its LoadBalancer IPs. Nil (diagnose), they list
+	// through Client, and the arp check probes the LoadBalancer IPs of a
+	// view Build lists once through Client and Dynamic.
+	View *agent.ClusterView
+	// Dynamic reads MetalLB's ServiceL2Status for the one-shot view; nil
+	// with no View leaves the arp check to ProbeIPs.
+	Dynamic dynamic.Interface
+	// ShardK is how many nodes probe each LoadBalancer IP; 0 probes every
+	// IP from this node.
+	ShardK int
+	// ListTimeout bounds the one-shot listing; 0 is DefaultListTimeout.
+	ListTimeout time.Duration
+}
+
+// Build returns the checks in report order: modules, kube-proxy, ipvs,
+// arp-sysctls, arp. The only I/O it does is the one-shot listing of the
+// cluster for the arp check (Cluster with Dynamic and no View, no
+// ProbeIPs); when that fails, the arp check reports the error on every run
+// and the other checks are built as usual.
+func Build(ctx context.Context, cfg Config) ([]check.Checker, error) {
+	s := newShared(cfg)
+	var b builder
+	b.add(modules.NewChecker(modules.Config{Root: cfg.Root, SchedulerFunc: s.scheduler, Remediate: cfg.Remediate, Loader: cfg.Loader, Distro: s.distro}), nil)
+	b.add(kubeproxy.NewChecker(kubeproxy.CheckerConfig{Client: s.kubeProxy, ReadLink: kubeproxy.ReadLink, FallbackVersion: s.kubeProxyVersion, Scheduler: cfg.Scheduler, Distro: s.distro}))
+	b.add(ipvscheck.NewChecker(ipvscheck.Config{IPVS: ipvs.New(cfg.Root), ReadLink: kubeproxy.ReadLink, KubeProxy: s.kubeProxy, Cluster: s.services, NodeName: cfg.NodeName, Scheduler: s.schedulers.Resolve, Distro: s.distro}))
+	b.add(arpsysctl.NewChecker(arpsysctl.Config{Root: cfg.Root, Interfaces: s.interfaces, ReadLink: kubeproxy.ReadLink, LoadBalancerIPs: s.lbIPs, KubeProxy: s.kubeProxy, Distro: s.distro}))
+	b.add(arpChecker(ctx, cfg))
+	return b.checkers, b.err
+}
+
+// builder collects checkers and the first construction error.
+type builder struct {
+	checkers []check.Checker
+	err      error
+}
+
+func (b *builder) add(c check.Checker, err error) {
+	switch {
+	case b.err != nil:
+	case err != nil:
+		b.err = err
+	default:
+		b.checkers = append(b.checkers, c)
+	}
+}
+
+// shared is what several checks read through: one kube-proxy client, one
+// scheduler resolver, one distro, one way to read Services.
+type shared struct {
+	distro           distro.Distro
+	kubeProxy        *kubeproxy.Client
+	schedulers       *kubeproxy.SchedulerResolver
+	kubeProxyVersion kubeproxy.VersionSource
+	services         ipvscheck.Cluster
+	lbIPs            arpsysctl.LoadBalancerIPs
+	interfaces       []string
+}
+
+func newShared(cfg Config) shared {
+	addr := cfg.KubeProxyMetricsAddress
+	if addr == "" {
+		addr = kubeproxy.DefaultMetricsAddress
+	}
+	s := shared{distro: distro.Detect(cfg.Root), kubeProxy: kubeproxy.NewClient(addr, kubeproxy.DefaultTimeout)}
+	// The scheduler every check assumes (DESIGN §8): --scheduler, else
+	// kube-proxy's /configz, else its ConfigMap (with a cluster), else the
+	// last one of them gave, else rr.
+	sources := []kubeproxy.SchedulerSource{kubeproxy.ConfigzScheduler(s.kubeProxy)}
+	if c := cfg.Cluster; c != nil && c.Client != nil {
+		sources = append(sources, kubeproxy.ConfigMapScheduler(c.Client))
+		s.kubeProxyVersion = kubeproxy.NodeVersion(c.Client, cfg.NodeName)
+		if c.View != nil {
+			s.services = c.View.IPVSCluster()
+		} else {
+			s.services = ipvscheck.NewCluster(c.Client)
+		}
+		s.lbIPs = ipvscheck.LoadBalancerIPs(s.services)
+	}
+	s.schedulers = kubeproxy.NewSchedulerResolver(cfg.Scheduler, sources...)
+	if cfg.ProbeInterface != "" {
+		s.interfaces = []string{cfg.ProbeInterface}
+	}
+	return s
+}
+
+// scheduler is the modules check's view of the resolved scheduler.
+func (s shared) scheduler(ctx context.Context) string {
+	name, _ := s.schedulers.Resolve(ctx)
+	return name
+}
+
+// arpChecker builds the arp check: over ProbeIPs when given, else over the
+// cluster's LoadBalancer IPs (the agent's view, or one listed now), else
+// with nothing to probe (it reports skipped).
+func arpChecker(ctx context.Context, cfg Config) (check.Checker, error) {
+	c := cfg.Cluster
+	if len(cfg.ProbeIPs) > 0 || c == nil || c.Client == nil || (c.View == nil && c.Dynamic == nil) {
+		targets, err := arpcheck.ParseTargets(cfg.ProbeIPs, cfg.ProbeInterface)
+		if err != nil {
+			return nil, err
+		}
+		return arpcheck.NewChecker(arpcheck.CheckerOptions{Targets: arpcheck.StaticTargets(targets...)})
+	}
+	view := c.View
+	if view == nil {
+		var err error
+		if view, err = listOnce(ctx, cfg.NodeName, c); err != nil {
+			return check.Func{CheckName: check.NameARP, Fn: func(context.Context) (check.Result, error) {
+				return check.Result{}, fmt.Errorf("reading LoadBalancer IPs from the cluster: %w", err)
+			}}, nil
+		}
+	}
+	return arpcheck.NewChecker(arpcheck.CheckerOptions{Targets: view.ARPTargets(c.ShardK), NodeForMAC: view.ResponderNode})
+}
+
+// listOnce fills a view of the cluster (Services, Nodes, MetalLB's
+// ServiceL2Status) with one listing; its informers stop when it returns.
+func listOnce(ctx context.Context, node string, c *Cluster) (*agent.ClusterView, error) {
+	timeout := c.ListTimeout
+	if timeout == 0 {
+		timeout = DefaultListTimeout
+	}
+	view := agent.NewClusterView(node, c.Client, c.Dynamic)
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := view.Sync(sctx); err != nil {
+		return nil, err
+	}
+	return view, nil
+}

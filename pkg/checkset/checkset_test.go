@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package checkset
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+)
+
+func fakeDynamic() *dynamicfake.FakeDynamicClient {
+	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{agent.ServiceL2StatusGVR: "ServiceL2StatusList"})
+}
+
+// lists returns the resources cs was asked to list.
+func lists(cs *fake.Clientset) []string {
+	var out []string
+	for _, a := range cs.Actions() {
+		if a.GetVerb() == "list" {
+			out = append(out, a.GetResource().Resource)
+		}
+	}
+	return out
+}
+
+func TestBuild(t *testing.T) {
+	failServices := func(cs *fake.Clientset) {
+		cs.PrependReactor("list", "services", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, errors.New("the server is on fire")
+		})
+	}
+	tests := []struct {
+		name     string
+		probeIPs []string
+		cluster  func(cs *fake.Clientset) *Cluster
+		prepare  func(cs *fake.Clientset)
+		// wantLists are the resources listed while building.
+		wantLists []string
+		// wantARP is how the arp check's run ends: its reason, or the error's text.
+		wantARP string
+	}{
+		{
+			name:    "node-local: nothing to probe",
+			wantARP: "NoTargets",
+		},
+		{
+			name:     "probe IPs are parsed",
+			probeIPs: []string{"not-an-ip"},
+			wantARP:  "error: ",
+		},
+		{
+			name:      "diagnose with a cluster lists it once for the arp check",
+			cluster:   func(cs *fake.Clientset) *Cluster { return &Cluster{Client: cs, Dynamic: fakeDynamic()} },
+			wantLists: []string{"endpointslices", "nodes", "services"},
+			wantARP:   "NoTargets",
+		},
+		{
+			name:     "probe IPs: the cluster is not listed for the arp check",
+			probeIPs: []string{"192.0.2.1"},
+			cluster:  func(cs *fake.Clientset) *Cluster { return &Cluster{Client: cs, Dynamic: fakeDynamic()} },
+		},
+		{
+			name: "a cluster that cannot be listed fails only the arp check",
+			cluster: func(cs *fake.Clientset) *Cluster {
+				return &Cluster{Client: cs, Dynamic: fakeDynamic(), ListTimeout: 200 * time.Millisecond}
+			},
+			prepare:   failServices,
+			wantLists: []string{"endpointslices", "nodes", "services"},
+			wantARP:   "reading LoadBalancer IPs from the cluster",
+		},
+		{
+			name: "the agent's view is never listed by Build",
+			cluster: func(cs *fake.Clientset) *Cluster {
+				return &Cluster{Client: cs, View: agent.NewClusterView("node-a", cs, fakeDynamic()), ShardK: 3}
+			},
+			prepare: failServices,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cs := fake.NewClientset()
+			if tt.prepare != nil {
+				tt.prepare(cs)
+			}
+			cfg := Config{Root: hostfs.New(t.TempDir()), NodeName: "node-a", ProbeIPs: tt.probeIPs}
+			if tt.cluster != nil {
+				cfg.Cluster = tt.cluster(cs)
+			}
+			checkers, err := Build(context.Background(), cfg)
+			if strings.HasPrefix(tt.wantARP, "error: ") {
+				if err == nil {
+					t.Fatal("Build accepted an invalid probe IP")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The report order of these checks; a check added later may
+			// go anywhere, but no name may appear twice.
+			known := []string{check.NameModules, check.NameKubeProxy, check.NameIPVS, check.NameARPSysctls, check.NameARP}
+			var names []string
+			var arp check.Checker
+			seen := map[string]bool{}
+			for _, c := range checkers {
+				if seen[c.Name()] {
+					t.Errorf("two checks named %q", c.Name())
+				}
+				seen[c.Name()] = true
+				if slices.Contains(known, c.Name()) {
+					names = append(names, c.Name())
+				}
+				if c.Name() == check.NameARP {
+					arp = c
+				}
+			}
+			if diff := cmp.Diff(known, names); diff != "" {
+				t.Errorf("checks (-want +got):\n%s", diff)
+			}
+			got := uniqueSorted(lists(cs))
+			if diff := cmp.Diff(tt.wantLists, got); diff != "" {
+				t.Errorf("resources listed by Build (-want +got):\n%s", diff)
+			}
+			if tt.wantARP == "" {
+				return
+			}
+			res, err := arp.Run(context.Background())
+			gotARP := res.Reason
+			if err != nil {
+				gotARP = err.Error()
+			}
+			if !strings.Contains(gotARP, tt.wantARP) {
+				t.Errorf("arp check: got %q, want %q", gotARP, tt.wantARP)
+			}
+		})
+	}
+}
+
+func uniqueSorted(in []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range in {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
