@@ -18,11 +18,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"testing"
 	"time"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/proc"
+	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
 )
 
 // Binaries are Debian's package binaries.
@@ -124,8 +126,26 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// Start starts the webhook receiver, Alertmanager and Prometheus.
-func Start(ctx context.Context, o Options) (*Stack, error) {
+// Start is StartServer for tests: it skips (fails under CI=true) without
+// the binaries, uses a temporary directory unless o.Dir is set, and stops
+// everything when the test ends.
+func Start(t testing.TB, o Options) *Stack {
+	t.Helper()
+	testenv.Require(t, Check() == nil, fmt.Sprint(Check()))
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
+	s, err := StartServer(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// StartServer starts the webhook receiver, Alertmanager and Prometheus
+// (each on a free 127.0.0.1 port) and waits until both are ready.
+func StartServer(ctx context.Context, o Options) (*Stack, error) {
 	if o.Interval == 0 {
 		o.Interval = time.Second
 	}

@@ -77,6 +77,7 @@ func (f Finding) State() check.State {
 		Result:     f.Result.String(),
 		Responders: len(f.MACs),
 		RTTSeconds: f.RTTSeconds,
+		Service:    f.Service,
 	}}
 }
 

@@ -32,6 +32,7 @@ import (
 
 	"github.com/ipvs-guard/ipvs-guard/internal/alerttest"
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
+	"github.com/ipvs-guard/ipvs-guard/internal/ipvsguardtest"
 	"github.com/ipvs-guard/ipvs-guard/internal/l2segment"
 	"github.com/ipvs-guard/ipvs-guard/internal/metallbtest"
 	"github.com/ipvs-guard/ipvs-guard/internal/proc"
@@ -90,12 +91,7 @@ func newCluster(t testing.TB, ctx context.Context, names, speakerNodes []string)
 	testenv.Require(t, err == nil, "util-linux setpriv needed")
 
 	c := &cluster{t: t, ctx: ctx, dir: t.TempDir(), nodes: map[string]*l2segment.Node{}, agents: map[string]*proc.Process{}, trees: map[string]string{}}
-	c.bin = filepath.Join(c.dir, "ipvs-guard")
-	build := exec.CommandContext(ctx, "go", "build", "-o", c.bin, "./cmd/ipvs-guard")
-	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building ipvs-guard: %v\n%s", err, out)
-	}
+	c.bin = ipvsguardtest.Binary(t)
 
 	c.srv = apiservertest.Start(t, apiservertest.Options{ExtraFlags: []string{"--bind-address=0.0.0.0"}})
 	if c.kube, err = kubernetes.NewForConfig(c.srv.AdminConfig()); err != nil {
@@ -412,7 +408,6 @@ func (c *cluster) events(node string) []string {
 // rewritten to forDur) and Alertmanager with the test's webhook.
 func (c *cluster) startAlerting(forDur time.Duration) {
 	c.t.Helper()
-	testenv.Require(c.t, alerttest.Check() == nil, fmt.Sprint(alerttest.Check()))
 	var targets []alerttest.Target
 	for _, n := range c.order {
 		targets = append(targets, alerttest.Target{Node: n, Address: fmt.Sprintf("%s:%d", c.nodes[n].IP, agentPort)})
@@ -421,15 +416,10 @@ func (c *cluster) startAlerting(forDur time.Duration) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		c.t.Fatal(err)
 	}
-	s, err := alerttest.Start(c.ctx, alerttest.Options{
+	c.alerts = alerttest.Start(c.t, alerttest.Options{
 		Dir: dir, Rules: filepath.Join(repoRoot(c.t), "deploy/ipvs-guard/files/alerts.yaml"),
 		For: forDur, Targets: targets,
 	})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	c.alerts = s
-	c.t.Cleanup(s.Close)
 }
 
 func hasLabels(got, want map[string]string) bool {
