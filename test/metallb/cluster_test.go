@@ -388,6 +388,22 @@ func (c *cluster) arpResult(node string, ip netip.Addr) string {
 	return ""
 }
 
+// arpResponders returns ipvs_guard_arp_responders for ip on node's agent (-1 when absent).
+func (c *cluster) arpResponders(node string, ip netip.Addr) float64 {
+	mfs, err := c.scrape(node)
+	if err != nil {
+		return -1
+	}
+	for _, m := range mfs["ipvs_guard_arp_responders"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "ip" && l.GetValue() == ip.String() {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
+}
+
 // events returns the agent's Events on a Node by action (condition type).
 func (c *cluster) events(node string) []string {
 	list, err := c.kube.EventsV1().Events("").List(c.ctx, metav1.ListOptions{FieldSelector: "regarding.name=" + node})

@@ -147,6 +147,9 @@ func (c *cluster) strictARPOff(t *testing.T, ip netip.Addr, announcer string) {
 		if r := c.arpResult(p, ip); r != "conflict" {
 			t.Errorf("node %s: ipvs_guard_arp_probe_result for %s is %q, want conflict", p, ip, r)
 		}
+		if n, wantN := c.arpResponders(p, ip), float64(len(want(p))); n != wantN {
+			t.Errorf("node %s: ipvs_guard_arp_responders for %s is %v, want %v", p, ip, n, wantN)
+		}
 	}
 	firing, notified := c.expectAlert("IPVSGuardLoadBalancerIPARPConflict", map[string]string{"ip": ip.String(), "service": "default/web"}, fault)
 	c.figure("strictARP off → ARP conflict alert firing in Prometheus", "%.1fs", firing.Seconds())
@@ -183,6 +186,11 @@ func (c *cluster) foreignHost(t *testing.T, ip netip.Addr, announcer string) {
 	want := []string{c.nodes[announcer].MAC, x.MAC}
 	slices.Sort(want)
 	c.expectArping(t, ip, probers, func(string) []string { return want })
+	for _, p := range probers {
+		if r, n := c.arpResult(p, ip), c.arpResponders(p, ip); r != "conflict" || n != 2 {
+			t.Errorf("node %s: /metrics says %s with %v responders for %s, want conflict with 2", p, r, n, ip)
+		}
+	}
 	firing, notified := c.expectAlert("IPVSGuardLoadBalancerIPARPConflict", map[string]string{"ip": ip.String(), "service": "default/web"}, fault)
 	c.figure("foreign host → conflict alert firing / notified", "%.1fs / %.1fs", firing.Seconds(), notified.Seconds())
 	fix := time.Now()
