@@ -22,7 +22,7 @@ build:
 
 ## test: every tier, each named so a failure says where it broke
 .PHONY: test
-test: test-lint test-unit test-fuzz test-netns test-guest test-apiserver test-scale test-rules test-chart test-image test-e2e
+test: test-lint test-unit test-fuzz test-netns test-guest test-apiserver test-scale test-metallb test-rules test-chart test-image test-e2e
 	@echo "all test tiers passed"
 
 ## lint: go vet, gofmt, go mod tidy check
@@ -86,11 +86,12 @@ test-guest:
 bench-guest:
 	hack/guest/bench.sh
 
-## demo: the guest kernel: diagnose finds the missing IPVS modules, --fix repairs; then the agent in a cluster, as a timeline
+## demo: the guest kernel: diagnose finds the missing IPVS modules, --fix repairs; then the agent in a cluster, as a timeline; then an ARP conflict on a MetalLB segment, named
 .PHONY: demo
 demo:
 	@hack/guest/demo.sh
 	@hack/e2e/run.sh --demo
+	@hack/metallb/test.sh --demo
 
 ## test-e2e (or e2e): real kube-apiserver on the host, real kube-proxy (IPVS) and `ipvs-guard run` in the guest kernel
 .PHONY: e2e test-e2e
@@ -102,6 +103,17 @@ e2e test-e2e:
 .PHONY: guest-shell
 guest-shell:
 	hack/guest/shell.sh
+
+## test-metallb: real MetalLB v0.16.2 on an L2 segment of netns nodes with agents; Prometheus → Alertmanager → webhook (root)
+.PHONY: test-metallb
+test-metallb:
+	@echo "--- tier: metallb"
+	hack/metallb/test.sh
+
+## bench-metallb: ARP RTT to MetalLB's user-space responder over 100 probes, ipvs-guard vs arping (median ratio)
+.PHONY: bench-metallb
+bench-metallb:
+	hack/metallb/test.sh --bench
 
 ## test-netns: ARP/NDP prober against real network namespaces, iputils arping and ndisc6 (root)
 .PHONY: test-netns

@@ -42,6 +42,13 @@ const ServiceCIDR = "10.96.0.0/16"
 // AdminUser is the user of the admin token (group system:masters).
 const AdminUser = "admin"
 
+// CertName is a name the API server's self-signed certificate always
+// carries; clients check the certificate against it, so the same
+// configuration works whether the server binds to loopback (its certificate
+// then names 127.0.0.1 too) or to every address (Options.ExtraFlags
+// --bind-address=0.0.0.0, to be reached from network namespaces).
+const CertName = "kubernetes"
+
 // Options configures a Server. Zero values pick defaults.
 type Options struct {
 	// Dir holds etcd data, certificates, keys and logs; empty makes a temporary one.
@@ -413,7 +420,7 @@ func (s *Server) Config(token string) *rest.Config {
 	return &rest.Config{
 		Host:            s.URL,
 		BearerToken:     token,
-		TLSClientConfig: rest.TLSClientConfig{CAFile: s.CAFile},
+		TLSClientConfig: rest.TLSClientConfig{CAFile: s.CAFile, ServerName: CertName},
 		QPS:             100,
 		Burst:           200,
 	}
@@ -425,7 +432,7 @@ func (s *Server) AdminConfig() *rest.Config { return s.Config(s.AdminToken) }
 // WriteKubeconfig writes a kubeconfig for token to path.
 func (s *Server) WriteKubeconfig(path, token string) error {
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["apiservertest"] = &clientcmdapi.Cluster{Server: s.URL, CertificateAuthority: s.CAFile}
+	cfg.Clusters["apiservertest"] = &clientcmdapi.Cluster{Server: s.URL, CertificateAuthority: s.CAFile, TLSServerName: CertName}
 	cfg.AuthInfos["user"] = &clientcmdapi.AuthInfo{Token: token}
 	cfg.Contexts["apiservertest"] = &clientcmdapi.Context{Cluster: "apiservertest", AuthInfo: "user"}
 	cfg.CurrentContext = "apiservertest"

@@ -16,8 +16,6 @@ import (
 	"time"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
-	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
-	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
 
 // Paths and tools the guest image provides (hack/guest/base.manifest, init.sh).
@@ -259,19 +257,4 @@ func Run(t testing.TB, name string, args ...string) Result {
 func IPVSGuard(t testing.TB, args ...string) Result {
 	t.Helper()
 	return Run(t, Bin(), args...)
-}
-
-// LoadNative loads modules with the project's native loader (the guest's
-// kernel modprobe helper is off, so `ip link add … type dummy` cannot
-// autoload a driver) and fails the test unless they end up loaded.
-func LoadNative(t testing.TB, names ...string) {
-	t.Helper()
-	l, err := modules.NewNativeLoader(hostfs.New("/"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Load(context.Background(), names); err != nil {
-		t.Fatalf("loading %v: %v", names, err)
-	}
-	RequireLoaded(t, names...)
 }

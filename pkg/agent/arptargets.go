@@ -45,6 +45,7 @@ func (v *ClusterView) ARPTargets(k int) arpcheck.TargetSource {
 				ExpectedNode: in.AnnouncingNode,
 				ExpectedMACs: v.NodeMACs(in.AnnouncingNode),
 				Service:      in.Service.String(),
+				Unannounced:  v.Unannounced(in),
 			})
 		}
 		return out, nil

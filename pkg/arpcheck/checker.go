@@ -48,6 +48,9 @@ type Target struct {
 	ExpectedNode string
 	// Service is the Service (namespace/name) owning the IP, for messages.
 	Service string
+	// Unannounced, when set, says why no node announces the IP (from
+	// MetalLB's state); a no-reply finding's message carries it.
+	Unannounced string
 }
 
 // TargetSource returns the targets of one check run. The agent builds it
@@ -283,6 +286,7 @@ func (c *Checker) finding(t Target, iface string, o Observation) Finding {
 		RTTSeconds:   o.RTT.Seconds(),
 		ExpectedNode: t.ExpectedNode,
 		Service:      t.Service,
+		Unannounced:  t.Unannounced,
 	}
 	// Sorted, so that a message (and a Node condition) does not change with
 	// the order replies happened to arrive in.

@@ -68,6 +68,11 @@ func TestFindingString(t *testing.T) {
 			want: "10.0.0.9 on eth0: no-reply, no MAC answered",
 		},
 		{
+			f: Finding{IP: "10.0.0.9", Interface: "eth0", Result: ResultNoReply, MACs: []string{}, Service: "default/web",
+				Unannounced: "MetalLB announces it from no node (no ServiceL2Status)"},
+			want: "10.0.0.9 (default/web) on eth0: no-reply, no MAC answered: MetalLB announces it from no node (no ServiceL2Status)",
+		},
+		{
 			f:    Finding{IP: "10.0.0.9", Interface: "eth0", Result: ResultAnswered, MACs: []string{"52:54:00:00:00:0a"}, RTTSeconds: 0.00025},
 			want: "10.0.0.9 on eth0: answered by 52:54:00:00:00:0a in 250µs",
 		},

@@ -35,6 +35,9 @@ type Finding struct {
 	ResponderNodes []string `json:"responder_nodes,omitempty"`
 	// Service is the Service (namespace/name) the IP belongs to, when known.
 	Service string `json:"service,omitempty"`
+	// Unannounced says why no node announces the IP, when the cluster's
+	// MetalLB state tells (no ServiceL2Status for it).
+	Unannounced string `json:"unannounced,omitempty"`
 }
 
 // String renders the finding as one line, e.g.
@@ -49,6 +52,10 @@ func (f Finding) String() string {
 	switch f.Result {
 	case ResultNoReply:
 		b.WriteString(", no MAC answered")
+		if f.Unannounced != "" {
+			b.WriteString(": ")
+			b.WriteString(f.Unannounced)
+		}
 	case ResultConflict:
 		fmt.Fprintf(&b, ", %d MACs answer: %s", len(f.MACs), f.responders())
 	case ResultAnswered, ResultWrongResponder:
@@ -78,6 +85,7 @@ func (f Finding) State() check.State {
 		Result:     f.Result.String(),
 		Responders: len(f.MACs),
 		RTTSeconds: f.RTTSeconds,
+		Service:    f.Service,
 	}}
 }
 

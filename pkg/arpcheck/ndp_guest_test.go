@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/guest"
+	"github.com/ipvs-guard/ipvs-guard/internal/guestmodules"
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 )
@@ -53,7 +54,7 @@ func TestGuestVIPsOnKubeIPVS0(t *testing.T) {
 		guest.Run(t, "/usr/sbin/ip", "netns", "del", "igprober")
 		guest.ResetModules(t)
 	})
-	guest.LoadNative(t, "dummy", "veth")
+	guestmodules.LoadNative(t, "dummy", "veth")
 	ip(t, "netns", "add", "igprober")
 	nsPath := "/run/netns/igprober" // iproute2's NETNS_RUN_DIR, /var/run/netns on older builds
 	if _, err := os.Stat(nsPath); err != nil {

@@ -18,7 +18,7 @@ func TestFindingState(t *testing.T) {
 		want check.State
 	}{
 		{"answered", Finding{IP: "192.0.2.10", Interface: "eth0", Result: ResultAnswered, MACs: []string{"02:00:00:00:00:01"}, RTTSeconds: 0.001, Service: "default/web"},
-			check.State{ARP: &check.ARPState{IP: "192.0.2.10", Family: "ipv4", Interface: "eth0", Result: "answered", Responders: 1, RTTSeconds: 0.001}}},
+			check.State{ARP: &check.ARPState{IP: "192.0.2.10", Family: "ipv4", Interface: "eth0", Result: "answered", Responders: 1, RTTSeconds: 0.001, Service: "default/web"}}},
 		{"conflict counts every responder", Finding{IP: "192.0.2.11", Interface: "eth0", Result: ResultConflict, MACs: []string{"02:00:00:00:00:01", "02:00:00:00:00:02"}, RTTSeconds: 0.002},
 			check.State{ARP: &check.ARPState{IP: "192.0.2.11", Family: "ipv4", Interface: "eth0", Result: "conflict", Responders: 2, RTTSeconds: 0.002}}},
 		{"no reply", Finding{IP: "192.0.2.12", Interface: "eth0", Result: ResultNoReply, MACs: []string{}},

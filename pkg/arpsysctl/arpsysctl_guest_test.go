@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/guest"
+	"github.com/ipvs-guard/ipvs-guard/internal/guestmodules"
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpsysctl"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
@@ -58,7 +59,7 @@ func TestGuestLoadBalancerIPOnKubeIPVS0(t *testing.T) {
 	if r := guest.IPVSGuard(t, "version"); r.ExitCode != 0 {
 		t.Fatalf("%s", r)
 	}
-	guest.LoadNative(t, "dummy", "veth")
+	guestmodules.LoadNative(t, "dummy", "veth")
 	sh(t, "/usr/sbin/ip link add kube-ipvs0 type dummy && /usr/sbin/ip addr add 192.0.2.10/32 dev kube-ipvs0")
 	sh(t, "/usr/sbin/ip link add ig-veth0 type veth peer name ig-veth1 && /usr/sbin/ip link set ig-veth0 up && /usr/sbin/ip link set ig-veth1 up")
 

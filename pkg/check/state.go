@@ -72,4 +72,6 @@ type ARPState struct {
 	Responders int
 	// RTTSeconds is the round-trip time of the first reply; 0 when none.
 	RTTSeconds float64
+	// Service is the IP's Service (namespace/name), empty when unknown.
+	Service string
 }

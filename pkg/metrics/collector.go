@@ -136,8 +136,8 @@ func newCollector(snapshot func() Snapshot, info version.Info) *Collector {
 		virtualServersNoReal: d("ipvs", "virtual_servers_without_real_servers",
 			"Number of IPVS virtual servers whose Service has ready endpoints but which have no real servers."),
 		arpProbeResult: d("arp", "probe_result",
-			"Latest ARP (IPv4) or NDP (IPv6) probe result for a LoadBalancer IP this node probes: 1 for the current result, 0 for the others.",
-			"ip", "family", "interface", "result"),
+			"Latest ARP (IPv4) or NDP (IPv6) probe result for a LoadBalancer IP this node probes: 1 for the current result, 0 for the others. service is the IP's Service (namespace/name), empty when unknown.",
+			"ip", "family", "interface", "service", "result"),
 		arpResponders: d("arp", "responders",
 			"Number of distinct MAC addresses that answered the latest ARP (IPv4) or NDP (IPv6) probe of a LoadBalancer IP.",
 			"ip", "family", "interface"),
@@ -238,7 +238,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, k := range keys {
 		a := st.arp[k]
 		for _, res := range arpResults {
-			gauge(c.arpProbeResult, boolValue(a.Result == res), a.IP, a.Family, a.Interface, res)
+			gauge(c.arpProbeResult, boolValue(a.Result == res), a.IP, a.Family, a.Interface, a.Service, res)
 		}
 		gauge(c.arpResponders, float64(a.Responders), a.IP, a.Family, a.Interface)
 		if a.Responders > 0 && a.RTTSeconds > 0 {

@@ -106,7 +106,7 @@ ipvs_guard_modules_stale_declaration{module="nf_conntrack_ipv4"} 1
 			snap: Snapshot{Results: []check.Result{{
 				Name: check.NameARP, Status: check.StatusProblem,
 				Findings: []check.Finding{
-					arpFinding(check.ARPState{IP: "192.0.2.10", Family: "ipv4", Interface: "eth0", Result: "answered", Responders: 1, RTTSeconds: 0.0012}),
+					arpFinding(check.ARPState{IP: "192.0.2.10", Family: "ipv4", Interface: "eth0", Service: "default/web", Result: "answered", Responders: 1, RTTSeconds: 0.0012}),
 					arpFinding(check.ARPState{IP: "192.0.2.11", Family: "ipv4", Interface: "eth0", Result: "no-reply"}),
 					arpFinding(check.ARPState{IP: "192.0.2.12", Family: "ipv4", Interface: "eth0", Result: "conflict", Responders: 2, RTTSeconds: 0.002}),
 					arpFinding(check.ARPState{IP: "2001:db8::10", Family: "ipv6", Interface: "eth0", Result: "wrong-responder", Responders: 1, RTTSeconds: 0.0015}),
@@ -114,24 +114,24 @@ ipvs_guard_modules_stale_declaration{module="nf_conntrack_ipv4"} 1
 			}}},
 			metrics: []string{"ipvs_guard_arp_probe_result", "ipvs_guard_arp_responders", "ipvs_guard_arp_probe_rtt_seconds"},
 			want: `
-# HELP ipvs_guard_arp_probe_result Latest ARP (IPv4) or NDP (IPv6) probe result for a LoadBalancer IP this node probes: 1 for the current result, 0 for the others.
+# HELP ipvs_guard_arp_probe_result Latest ARP (IPv4) or NDP (IPv6) probe result for a LoadBalancer IP this node probes: 1 for the current result, 0 for the others. service is the IP's Service (namespace/name), empty when unknown.
 # TYPE ipvs_guard_arp_probe_result gauge
-ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="answered"} 1
-ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="conflict"} 0
-ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="no-reply"} 0
-ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="wrong-responder"} 0
-ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="answered"} 0
-ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="conflict"} 0
-ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="no-reply"} 1
-ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="wrong-responder"} 0
-ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.12",result="answered"} 0
-ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.12",result="conflict"} 1
-ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.12",result="no-reply"} 0
-ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.12",result="wrong-responder"} 0
-ipvs_guard_arp_probe_result{family="ipv6",interface="eth0",ip="2001:db8::10",result="answered"} 0
-ipvs_guard_arp_probe_result{family="ipv6",interface="eth0",ip="2001:db8::10",result="conflict"} 0
-ipvs_guard_arp_probe_result{family="ipv6",interface="eth0",ip="2001:db8::10",result="no-reply"} 0
-ipvs_guard_arp_probe_result{family="ipv6",interface="eth0",ip="2001:db8::10",result="wrong-responder"} 1
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="answered",service="default/web"} 1
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="conflict",service="default/web"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="no-reply",service="default/web"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="wrong-responder",service="default/web"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="answered",service=""} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="conflict",service=""} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="no-reply",service=""} 1
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="wrong-responder",service=""} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.12",result="answered",service=""} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.12",result="conflict",service=""} 1
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.12",result="no-reply",service=""} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.12",result="wrong-responder",service=""} 0
+ipvs_guard_arp_probe_result{family="ipv6",interface="eth0",ip="2001:db8::10",result="answered",service=""} 0
+ipvs_guard_arp_probe_result{family="ipv6",interface="eth0",ip="2001:db8::10",result="conflict",service=""} 0
+ipvs_guard_arp_probe_result{family="ipv6",interface="eth0",ip="2001:db8::10",result="no-reply",service=""} 0
+ipvs_guard_arp_probe_result{family="ipv6",interface="eth0",ip="2001:db8::10",result="wrong-responder",service=""} 1
 # HELP ipvs_guard_arp_probe_rtt_seconds Round-trip time of the first reply to the latest ARP (IPv4) or NDP (IPv6) probe of a LoadBalancer IP (absent when nothing answered).
 # TYPE ipvs_guard_arp_probe_rtt_seconds gauge
 ipvs_guard_arp_probe_rtt_seconds{family="ipv4",interface="eth0",ip="192.0.2.10"} 0.0012

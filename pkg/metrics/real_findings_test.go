@@ -34,7 +34,7 @@ func TestCollectorRealFindings(t *testing.T) {
 			ipvscheck.Finding{VIP: "10.43.0.1", Port: 443, Protocol: "TCP", Problem: ipvscheck.ProblemNoRealServers},
 		}},
 		{Name: check.NameARP, Status: check.StatusProblem, Findings: []check.Finding{
-			arpcheck.Finding{IP: "192.0.2.10", Interface: "eth0", Result: arpcheck.ResultConflict, MACs: []string{"02:00:00:00:00:01", "02:00:00:00:00:02"}, RTTSeconds: 0.001},
+			arpcheck.Finding{IP: "192.0.2.10", Interface: "eth0", Service: "default/web", Result: arpcheck.ResultConflict, MACs: []string{"02:00:00:00:00:01", "02:00:00:00:00:02"}, RTTSeconds: 0.001},
 			&arpcheck.Finding{IP: "192.0.2.11", Interface: "eth0", Result: arpcheck.ResultWrongResponder, MACs: []string{"02:00:00:00:00:03"}, RTTSeconds: 0.002},
 			arpcheck.Finding{IP: "192.0.2.12", Interface: "eth0", Result: arpcheck.ResultUnknown},
 		}},
@@ -62,16 +62,16 @@ ipvs_guard_modules_loaded{module="nf_conntrack"} 1
 		t.Error(err)
 	}
 	wantResult := `
-# HELP ipvs_guard_arp_probe_result Latest ARP (IPv4) or NDP (IPv6) probe result for a LoadBalancer IP this node probes: 1 for the current result, 0 for the others.
+# HELP ipvs_guard_arp_probe_result Latest ARP (IPv4) or NDP (IPv6) probe result for a LoadBalancer IP this node probes: 1 for the current result, 0 for the others. service is the IP's Service (namespace/name), empty when unknown.
 # TYPE ipvs_guard_arp_probe_result gauge
-ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="answered"} 0
-ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="conflict"} 1
-ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="no-reply"} 0
-ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="wrong-responder"} 0
-ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="answered"} 0
-ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="conflict"} 0
-ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="no-reply"} 0
-ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="wrong-responder"} 1
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="answered",service="default/web"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="conflict",service="default/web"} 1
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="no-reply",service="default/web"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="wrong-responder",service="default/web"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="answered",service=""} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="conflict",service=""} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="no-reply",service=""} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="wrong-responder",service=""} 1
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(wantResult), "ipvs_guard_arp_probe_result"); err != nil {
 		t.Error(err)

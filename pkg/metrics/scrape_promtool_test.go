@@ -43,7 +43,7 @@ func TestScrapeIsValidForPromtool(t *testing.T) {
 			{Name: check.NameARPSysctls, Status: check.StatusSkipped},
 			{Name: check.NameARP, Status: check.StatusProblem, Findings: []check.Finding{
 				arpFinding(check.ARPState{IP: "192.0.2.10", Family: "ipv4", Interface: "eth0", Result: "answered", Responders: 1, RTTSeconds: 0.0009}),
-				arpFinding(check.ARPState{IP: "192.0.2.11", Family: "ipv4", Interface: "eth0", Result: "no-reply"}),
+				arpFinding(check.ARPState{IP: "192.0.2.11", Family: "ipv4", Interface: "eth0", Result: "no-reply", Service: "default/dns"}),
 			}},
 		},
 		Conditions: []Condition{
@@ -85,7 +85,7 @@ func TestScrapeIsValidForPromtool(t *testing.T) {
 	}
 	for _, want := range []string{
 		`ipvs_guard_modules_loaded{module="ip_vs_lc"} 0`,
-		`ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="no-reply"} 1`,
+		`ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="no-reply",service="default/dns"} 1`,
 		`ipvs_guard_reconcile_errors_total{check="ipvs"} 1`,
 		`ipvs_guard_build_info{`,
 	} {

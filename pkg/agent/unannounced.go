@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Unannounced explains, for an ingress IP MetalLB's ServiceL2Status names
+// no announcing node for, why no speaker announces it; "" when MetalLB's
+// ServiceL2Status is not watched (no such CRD: nothing can be said) or a
+// node announces it.
+//
+// MetalLB (v0.14+) writes a ServiceL2Status as soon as the speaker it
+// elects announces the IP, so its absence means no speaker announces it:
+// with externalTrafficPolicy Local only a node that has both a ready
+// endpoint and a running speaker may, otherwise only a node an
+// L2Advertisement of the IP's pool selects (nodeSelectors) and whose
+// speaker has the interfaces the advertisement names.
+func (v *ClusterView) Unannounced(in LoadBalancerIngress) string {
+	if in.AnnouncingNode != "" || !v.HasServiceL2Status() {
+		return ""
+	}
+	const none = "MetalLB announces it from no node (no ServiceL2Status)"
+	svc, err := v.services.Services(in.Service.Namespace).Get(in.Service.Name)
+	if err != nil || svc.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal {
+		return none + ": no speaker can announce it on a node its L2Advertisement selects (check the advertisement's nodeSelectors and interfaces, and that the speakers run: kubectl -n metallb-system get servicel2statuses,l2advertisements; speaker logs)"
+	}
+	nodes := v.readyEndpointNodes(in.Service.Namespace, in.Service.Name)
+	where := "no node has a ready endpoint"
+	if len(nodes) > 0 {
+		where = "its ready endpoints are on " + strings.Join(nodes, ", ") + ", where no speaker announces it"
+	}
+	return fmt.Sprintf("%s: externalTrafficPolicy is Local, so only a node with a ready endpoint and a running speaker may announce it, and %s", none, where)
+}
+
+// readyEndpointNodes returns the sorted nodes of a Service's ready endpoints.
+func (v *ClusterView) readyEndpointNodes(ns, name string) []string {
+	sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: name})
+	eps, err := v.slices.EndpointSlices(ns).List(sel)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, es := range eps {
+		for _, e := range es.Endpoints {
+			ready := e.Conditions.Ready == nil || *e.Conditions.Ready
+			if ready && e.NodeName != nil && *e.NodeName != "" && !slices.Contains(out, *e.NodeName) {
+				out = append(out, *e.NodeName)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build metallb && linux
+
+package metallb
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck/shard"
+)
+
+// wantProbers is how many agents probe each IP: shard.DefaultK, with more
+// Ready nodes than that besides the announcer.
+const wantProbers = shard.DefaultK
+
+// waitLong bounds each wait for MetalLB or an agent to react.
+const waitLong = 90 * time.Second
+
+// alertFor is the test-time rewrite of every rule's `for:` (the chart ships
+// 2m-30m); Prometheus scrapes and evaluates every second.
+const alertFor = 5 * time.Second
+
+// TestMetalLBSegment runs the scenarios in order on one segment: nodes a, b
+// and c run a speaker, node d runs none; every node runs an agent;
+// Prometheus scrapes the agents and fires into Alertmanager and a webhook.
+func TestMetalLBSegment(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	c := newCluster(t, ctx, []string{"a", "b", "c", "d"}, []string{"a", "b", "c"})
+	c.startAlerting(alertFor)
+
+	ip := c.service("web", corev1.ServiceExternalTrafficPolicyCluster, "a")
+	announcer := c.waitAnnouncer("web", "")
+	t.Logf("MetalLB assigned %s to default/web; ServiceL2Status names node %s (MAC %s)", ip, announcer, c.nodes[announcer].MAC)
+
+	t.Run("announced by one speaker", func(t *testing.T) {
+		c.expectAnswered(t, ip, announcer)
+	})
+	t.Run("strictARP off on the IPVS nodes: conflict, each MAC named", func(t *testing.T) {
+		c.strictARPOff(t, ip, announcer)
+	})
+	t.Run("a foreign host claims the IP: conflict", func(t *testing.T) {
+		c.foreignHost(t, ip, announcer)
+	})
+	t.Run("announcing speaker SIGKILLed: failover", func(t *testing.T) {
+		announcer = c.failover(t, ip, announcer)
+	})
+	t.Run("L2Advertisement excludes the election winner", func(t *testing.T) {
+		c.advertisementExcludes(t, ip)
+	})
+	t.Run("externalTrafficPolicy Local, endpoints on a node without a speaker", func(t *testing.T) {
+		c.localWithoutSpeaker(t)
+	})
+	t.Run("an IPVS module missing: modules alert", func(t *testing.T) {
+		c.moduleMissing(t, "d", "ip_vs_sh")
+	})
+	c.printFigures()
+}
+
+// probers returns the nodes whose agent publishes an ARP result for ip.
+func (c *cluster) probers(ip netip.Addr) []string {
+	var out []string
+	for _, n := range c.order {
+		if c.arpResult(n, ip) != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// expectAnswered waits until every agent probing ip reports it answered,
+// the condition LoadBalancerARPFailing is False on those nodes, and arping
+// from each of them at the same moment sees exactly the announcer's MAC.
+func (c *cluster) expectAnswered(t *testing.T, ip netip.Addr, announcer string) {
+	t.Helper()
+	var probers []string
+	c.waitFor("agents probe "+ip.String()+" and find it answered", waitLong, func() (bool, string) {
+		probers = c.probers(ip)
+		if len(probers) < wantProbers {
+			return false, fmt.Sprintf("probed by %v, want %d probers", probers, wantProbers)
+		}
+		if slices.Contains(probers, announcer) {
+			return false, fmt.Sprintf("the announcing node %s still probes its own IP (probers %v)", announcer, probers)
+		}
+		for _, n := range probers {
+			if r := c.arpResult(n, ip); r != "answered" {
+				return false, fmt.Sprintf("node %s: %s", n, r)
+			}
+			if cond := c.condition(n, "LoadBalancerARPFailing"); cond.Status != corev1.ConditionFalse {
+				return false, fmt.Sprintf("node %s: LoadBalancerARPFailing=%s %s", n, cond.Status, cond.Message)
+			}
+		}
+		return true, ""
+	})
+	for _, n := range probers {
+		r, err := c.nodes[n].Arping(c.ctx, ip, 100, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]string{c.nodes[announcer].MAC}, r.MACs); diff != "" {
+			t.Errorf("arping from %s (-announcer's MAC +seen):\n%s\n%s", n, diff, r.Output)
+		}
+	}
+	t.Logf("%s: probed by %v, each agent and arping see only %s (%s), as ServiceL2Status says", ip, probers, c.nodes[announcer].MAC, announcer)
+}
