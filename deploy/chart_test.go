@@ -26,6 +26,7 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
 	"github.com/ipvs-guard/ipvs-guard/internal/ipvsguardtest"
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
+	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
 
 const chartDir = "ipvs-guard"
@@ -121,6 +122,42 @@ func TestLint(t *testing.T) {
 	}
 }
 
+// wantHostPaths are the host paths the pod mounts, with their hostPath
+// types: the module tree and every boot declaration systemd-modules-load
+// reads (a host lacking /etc/modules gets an empty one, which declares
+// nothing).
+var wantHostPaths = map[string]corev1.HostPathType{
+	"/lib/modules":                  corev1.HostPathDirectory,
+	"/etc/modules":                  corev1.HostPathFileOrCreate,
+	"/etc/modules-load.d":           corev1.HostPathDirectoryOrCreate,
+	"/run/modules-load.d":           corev1.HostPathDirectoryOrCreate,
+	"/usr/local/lib/modules-load.d": corev1.HostPathDirectoryOrCreate,
+	"/usr/lib/modules-load.d":       corev1.HostPathDirectoryOrCreate,
+	"/lib/modules-load.d":           corev1.HostPathDirectoryOrCreate,
+}
+
+// bootMounts is the container's mountPath -> readOnly for the host paths:
+// all read-only but /etc/modules-load.d, which is writable only with
+// remediation (reportOnly false).
+func bootMounts(reportOnly bool) map[string]bool {
+	m := map[string]bool{}
+	for p := range wantHostPaths {
+		m[p] = true
+	}
+	m["/etc/modules-load.d"] = reportOnly
+	return m
+}
+
+// TestMountsEveryBootDeclaration checks the chart against the reader: every
+// path ScanDeclarations reads is mounted, so the pod sees what systemd does.
+func TestMountsEveryBootDeclaration(t *testing.T) {
+	for _, p := range append([]string{modules.EtcModules}, modules.ModulesLoadDirs...) {
+		if _, ok := wantHostPaths[p]; !ok {
+			t.Errorf("the modules reader reads %s, the chart does not mount it", p)
+		}
+	}
+}
+
 func TestRender(t *testing.T) {
 	tests := []struct {
 		name        string
@@ -135,7 +172,7 @@ func TestRender(t *testing.T) {
 			name:       "defaults: remediation on",
 			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:   []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
-			wantMounts: map[string]bool{"/lib/modules": true, "/etc/modules-load.d": false, "/run/modules-load.d": true, "/usr/lib/modules-load.d": true},
+			wantMounts: bootMounts(false),
 			wantArgs:   []string{"run", "--remediate", "--metrics-bind-address=:9473", "--health-probe-bind-address=:9474", "--resync-period=1m", "--kube-proxy-metrics-address=127.0.0.1:10249"},
 		},
 		{
@@ -143,7 +180,7 @@ func TestRender(t *testing.T) {
 			set:         []string{"remediation.enabled=false"},
 			wantKinds:   []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:    []corev1.Capability{"NET_ADMIN", "NET_RAW"},
-			wantMounts:  map[string]bool{"/lib/modules": true, "/etc/modules-load.d": true, "/run/modules-load.d": true, "/usr/lib/modules-load.d": true},
+			wantMounts:  bootMounts(true),
 			wantArgs:    []string{"run", "--metrics-bind-address=:9473"},
 			notWantArgs: []string{"--remediate"},
 		},
@@ -152,7 +189,7 @@ func TestRender(t *testing.T) {
 			set:        []string{"metrics.enabled=false", "dashboard.enabled=false"},
 			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "Role", "Role", "RoleBinding", "RoleBinding", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:   []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
-			wantMounts: map[string]bool{"/lib/modules": true, "/etc/modules-load.d": false, "/run/modules-load.d": true, "/usr/lib/modules-load.d": true},
+			wantMounts: bootMounts(false),
 			wantArgs:   []string{"--metrics-bind-address=0", "--health-probe-bind-address=:9474"},
 		},
 		{
@@ -160,7 +197,7 @@ func TestRender(t *testing.T) {
 			set:        []string{"metrics.serviceMonitor.enabled=true", "prometheusRule.enabled=true", "scheduler=lc", "arp.interface=eth0", "rbac.create=false", "admissionPolicy.enabled=false", "serviceAccount.create=false", "serviceAccount.name=agent"},
 			wantKinds:  []string{"ConfigMap", "DaemonSet", "PrometheusRule", "Service", "ServiceMonitor"},
 			wantCaps:   []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
-			wantMounts: map[string]bool{"/lib/modules": true, "/etc/modules-load.d": false, "/run/modules-load.d": true, "/usr/lib/modules-load.d": true},
+			wantMounts: bootMounts(false),
 			wantArgs:   []string{"--scheduler=lc", "--interface=eth0"},
 		},
 	}
@@ -221,9 +258,20 @@ func TestRender(t *testing.T) {
 			if diff := cmp.Diff(tt.wantMounts, gotMounts); diff != "" {
 				t.Errorf("volume mounts path->readOnly (-want +got):\n%s", diff)
 			}
+			gotHostPaths := map[string]corev1.HostPathType{}
 			for _, v := range pod.Volumes {
-				if v.HostPath != nil && !slices.Contains([]string{"/lib/modules", "/etc/modules-load.d", "/run/modules-load.d", "/usr/lib/modules-load.d"}, v.HostPath.Path) {
-					t.Errorf("unexpected hostPath volume %s", v.HostPath.Path)
+				if v.HostPath != nil && v.HostPath.Type != nil {
+					gotHostPaths[v.HostPath.Path] = *v.HostPath.Type
+				}
+			}
+			if diff := cmp.Diff(wantHostPaths, gotHostPaths); diff != "" {
+				t.Errorf("hostPath volumes path->type (-want +got):\n%s", diff)
+			}
+			for _, m := range c.VolumeMounts {
+				for _, v := range pod.Volumes {
+					if v.Name == m.Name && (v.HostPath == nil || v.HostPath.Path != m.MountPath) {
+						t.Errorf("mount %s is not the host's own path: volume %+v", m.MountPath, v.VolumeSource)
+					}
 				}
 			}
 			var nodeName bool
