@@ -82,6 +82,12 @@ e2e test-e2e:
 	@echo "--- tier: e2e"
 	hack/e2e/run.sh
 
+## test-node: helm install into a real control plane (kube-apiserver, kube-controller-manager, kube-scheduler): DaemonSet pod created, bound, uninstalled
+.PHONY: test-node
+test-node:
+	@echo "--- tier: node"
+	hack/test-node.sh
+
 ## guest-shell: an interactive shell in the guest kernel with ipvs-guard (Ctrl-a x quits)
 .PHONY: guest-shell
 guest-shell:
