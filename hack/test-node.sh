@@ -7,7 +7,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
 apt_ensure e2fsprogs
-hack/apiserver/install.sh etcd kube-apiserver kube-controller-manager kube-scheduler
+hack/apiserver/install.sh etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy
 HELM=$(hack/ensure-helm.sh)
 NODE_ROOTFS=$(hack/node/rootfs.sh)
 export HELM NODE_ROOTFS

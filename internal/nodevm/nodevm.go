@@ -47,6 +47,10 @@ type Options struct {
 	DiskSize string
 	// Append is added to the kernel command line.
 	Append string
+	// Net gives the guest QEMU user networking on a virtio NIC: the host's
+	// 127.0.0.1 is 10.0.2.2 from the guest (HostAddr), which configures
+	// itself (e.g. systemd-networkd among Files).
+	Net bool
 	// Stdout also receives the console, if set.
 	Stdout io.Writer
 }
@@ -63,6 +67,12 @@ type VM struct {
 	mu     sync.Mutex
 	closed bool
 }
+
+// HostAddr is the host's 127.0.0.1 as the guest reaches it with Options.Net.
+const HostAddr = "10.0.2.2"
+
+// GuestAddr is the address the guest takes on QEMU's user network.
+const GuestAddr = "10.0.2.15"
 
 // Rootfs returns the rootfs directory Start would use.
 func Rootfs(o Options) string {
@@ -133,6 +143,9 @@ func StartVM(ctx context.Context, o Options) (*VM, error) {
 		"-kernel", kernels[0], "-initrd", initrd,
 		"-drive", "file="+disk+",if=virtio,format=raw",
 		"-append", strings.TrimSpace("root=/dev/vda rw console=ttyS0 panic=-1 "+o.Append))
+	if o.Net {
+		args = append(args, "-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0")
+	}
 	cmd := exec.Command("qemu-system-x86_64", args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if v.proc, err = apiservertest.StartProcess(cmd); err != nil {

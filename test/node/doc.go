@@ -18,5 +18,14 @@
 // ipvs-guard declared. The guest side is testdata/node-scenario, run once per
 // boot by a systemd unit.
 //
+// The agent on the node (agent_test.go): `ipvs-guard run` (a systemd unit
+// with the chart's capabilities and flags) and kube-proxy v1.37.1 in IPVS
+// mode (a host-process unit, as RKE runs it) on the Debian node, talking to
+// the host's API server over QEMU's user network: the agent loads and
+// declares the modules kube-proxy cannot start without, all four conditions
+// end False; after a real reboot systemd-modules-load loads them before
+// kube-proxy and the agent start, and the conditions are published False
+// again.
+//
 // The tests carry the build tag node.
 package node
