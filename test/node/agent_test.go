@@ -6,15 +6,19 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -80,9 +84,7 @@ func TestDebianNodeAgentReboot(t *testing.T) {
 	srv := apiservertest.Start(t, apiservertest.Options{})
 	cs := kubernetes.NewForConfigOrDie(srv.AdminConfig())
 	ctx := context.Background()
-	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: debianNode}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	registerNode(ctx, t, cs, debianNode)
 	const dir = "testdata"
 	unit := func(name string) nodevm.File { return nodevm.File{Source: filepath.Join(dir, name)} }
 	wants := "/etc/systemd/system/multi-user.target.wants/"
@@ -180,6 +182,7 @@ func TestDebianNodeAgentReboot(t *testing.T) {
 			t.Logf("FINDING: Warning Event after the reboot: %s %s: %s", e.Reason, e.Action, e.Note)
 		}
 	}
+	agentMemoryWith1000LBs(ctx, t, cs, vm)
 }
 
 // consoleTail returns the last n lines of the node's console.
@@ -190,4 +193,65 @@ func consoleTail(vm *nodevm.VM, n int) string {
 	}
 	lines := strings.Split(string(raw), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// memoryRE is the scenario's report of the agent's cgroup memory.
+var memoryRE = regexp.MustCompile(`NODE-SCENARIO boot=2 memory=current=(\d+) peak=(\d+)`)
+
+// agentMemoryWith1000LBs makes 1,000 LoadBalancer Services with ingress IPs,
+// waits until the agent has taken them into its ARP check, then reads the
+// agent's cgroup memory.peak: it must stay under the chart's memory limit.
+func agentMemoryWith1000LBs(ctx context.Context, t *testing.T, cs kubernetes.Interface, vm *nodevm.VM) {
+	t.Helper()
+	start := time.Now()
+	for i := range 1000 {
+		svc, err := cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("lb-%04d", i)},
+			Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: fmt.Sprintf("10.200.%d.%d", i/250, i%250+1)}}
+		if _, err := cs.CoreV1().Services("default").UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("1,000 LoadBalancer Services made in %.1f s", time.Since(start).Seconds())
+	// The agent sees them: its ARP condition leaves NoTargets (it probes
+	// them; nobody answers here) or its strict-ARP condition leaves
+	// NoLoadBalancerIPs (kube-proxy put them on kube-ipvs0).
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, debianNode, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		return slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool {
+			return (c.Type == corev1.NodeConditionType(nodestatus.LoadBalancerARPFailing) && c.Reason != "NoTargets") ||
+				(c.Type == corev1.NodeConditionType(nodestatus.StrictARPDisabled) && c.Reason != "NoLoadBalancerIPs")
+		}), nil
+	})
+	if err != nil {
+		t.Fatalf("the agent's conditions never reflected the 1,000 LoadBalancer IPs: %v; console tail:\n%s", err, consoleTail(vm, 60))
+	}
+	t.Logf("the agent's conditions reflect LoadBalancer IPs %.1f s after the first Service was made", time.Since(start).Seconds())
+	// Five more reports (5 s apart): the peak covers several resyncs
+	// (5 s) over all 1,000 Services.
+	before := strings.Count(consoleTail(vm, 1<<20), "boot=2 memory=")
+	raw, err := vm.WaitConsole(ctx, "boot=2 memory=", before+5, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := memoryRE.FindAllStringSubmatch(raw, -1)
+	if len(m) == 0 {
+		t.Fatal("no memory report from the scenario")
+	}
+	last := m[len(m)-1]
+	cur, _ := strconv.ParseInt(last[1], 10, 64)
+	peak, _ := strconv.ParseInt(last[2], 10, 64)
+	const chartLimit = 128 << 20 // deploy/ipvs-guard/values.yaml resources.limits.memory
+	t.Logf("agent cgroup (page cache included, as for a pod) with 1,000 LoadBalancer Services: memory.current %.1f MiB, memory.peak %.1f MiB (chart limit 128 MiB)", float64(cur)/(1<<20), float64(peak)/(1<<20))
+	if peak <= 0 || peak >= chartLimit {
+		t.Errorf("memory.peak %d bytes: want above 0 and under the chart's 128 MiB limit", peak)
+	}
 }

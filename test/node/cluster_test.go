@@ -49,10 +49,10 @@ func helm(t *testing.T, kubeconfig string, args ...string) {
 
 // registerNode creates a Node with a node's capacity, as a kubelet would
 // register it, so the scheduler has somewhere to bind the pod.
-func registerNode(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
+func registerNode(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) {
 	t.Helper()
 	n, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{"kubernetes.io/os": "linux", "kubernetes.io/hostname": nodeName}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/os": "linux", "kubernetes.io/hostname": name}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +81,7 @@ func TestHelmInstallControlPlane(t *testing.T) {
 	cs := kubernetes.NewForConfigOrDie(srv.AdminConfig())
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	registerNode(ctx, t, cs)
+	registerNode(ctx, t, cs, nodeName)
 
 	start := time.Now()
 	helm(t, srv.Kubeconfig, "install", release, chartDir(), "--namespace", namespace, "--create-namespace",
