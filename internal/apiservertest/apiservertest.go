@@ -106,8 +106,8 @@ type Server struct {
 }
 
 // Process is a started component process, killed when the test process
-// dies (Pdeathsig). The other component packages (controlplanetest) start
-// theirs the same way.
+// dies (Pdeathsig). The other component packages (controlplanetest, nodevm)
+// start theirs the same way.
 type Process struct {
 	cmd  *exec.Cmd
 	done chan struct{}
