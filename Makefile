@@ -22,7 +22,7 @@ build:
 
 ## test: every tier, each named so a failure says where it broke
 .PHONY: test
-test: test-lint test-unit test-fuzz test-netns test-guest test-apiserver test-scale test-metallb test-rules test-chart test-image test-e2e
+test: test-lint test-unit test-fuzz test-netns test-guest test-apiserver test-scale test-metallb test-rules test-chart test-image test-e2e test-node
 	@echo "all test tiers passed"
 
 ## lint: go vet, gofmt, go mod tidy check
@@ -98,6 +98,12 @@ demo:
 e2e test-e2e:
 	@echo "--- tier: e2e"
 	hack/e2e/run.sh
+
+## test-node: helm install into a real control plane (kube-apiserver, kube-controller-manager, kube-scheduler); a stock Debian 12 node (systemd) under QEMU: diagnose --fix, real reboot
+.PHONY: test-node
+test-node:
+	@echo "--- tier: node"
+	hack/test-node.sh
 
 ## guest-shell: an interactive shell in the guest kernel with ipvs-guard (Ctrl-a x quits)
 .PHONY: guest-shell

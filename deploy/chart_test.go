@@ -9,6 +9,7 @@ package deploy_test
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,24 +21,25 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
 	"github.com/ipvs-guard/ipvs-guard/internal/ipvsguardtest"
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
+	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
 
 const chartDir = "ipvs-guard"
 
 func helmBin(t *testing.T) string {
 	t.Helper()
-	h := os.Getenv("HELM")
-	if h == "" {
-		h, _ = exec.LookPath("helm")
-	}
-	testenv.Require(t, h != "", "no helm: set HELM (make test-chart builds it)")
-	return h
+	return testenv.Tool(t, "HELM", "helm", "make test-chart builds it")
 }
 
 // valueSets are the renderings every test covers.
@@ -47,7 +49,7 @@ var valueSets = []struct {
 }{
 	{name: "defaults"},
 	{name: "report-only", set: []string{"remediation.enabled=false"}},
-	{name: "metrics-off", set: []string{"metrics.enabled=false", "dashboard.enabled=false"}},
+	{name: "metrics-off", set: []string{"metrics.enabled=false", "dashboard.enabled=false", "cleanupOnUninstall.enabled=false"}},
 	{name: "monitoring", set: []string{"metrics.serviceMonitor.enabled=true", "prometheusRule.enabled=true", "scheduler=lc", "arp.interface=eth0"}},
 }
 
@@ -121,6 +123,42 @@ func TestLint(t *testing.T) {
 	}
 }
 
+// wantHostPaths are the host paths the pod mounts, with their hostPath
+// types: the module tree and every boot declaration systemd-modules-load
+// reads (a host lacking /etc/modules gets an empty one, which declares
+// nothing).
+var wantHostPaths = map[string]corev1.HostPathType{
+	"/lib/modules":                  corev1.HostPathDirectory,
+	"/etc/modules":                  corev1.HostPathFileOrCreate,
+	"/etc/modules-load.d":           corev1.HostPathDirectoryOrCreate,
+	"/run/modules-load.d":           corev1.HostPathDirectoryOrCreate,
+	"/usr/local/lib/modules-load.d": corev1.HostPathDirectoryOrCreate,
+	"/usr/lib/modules-load.d":       corev1.HostPathDirectoryOrCreate,
+	"/lib/modules-load.d":           corev1.HostPathDirectoryOrCreate,
+}
+
+// bootMounts is the container's mountPath -> readOnly for the host paths:
+// all read-only but /etc/modules-load.d, which is writable only with
+// remediation (reportOnly false).
+func bootMounts(reportOnly bool) map[string]bool {
+	m := map[string]bool{}
+	for p := range wantHostPaths {
+		m[p] = true
+	}
+	m["/etc/modules-load.d"] = reportOnly
+	return m
+}
+
+// TestMountsEveryBootDeclaration checks the chart against the reader: every
+// path ScanDeclarations reads is mounted, so the pod sees what systemd does.
+func TestMountsEveryBootDeclaration(t *testing.T) {
+	for _, p := range append([]string{modules.EtcModules}, modules.ModulesLoadDirs...) {
+		if _, ok := wantHostPaths[p]; !ok {
+			t.Errorf("the modules reader reads %s, the chart does not mount it", p)
+		}
+	}
+}
+
 func TestRender(t *testing.T) {
 	tests := []struct {
 		name        string
@@ -133,34 +171,34 @@ func TestRender(t *testing.T) {
 	}{
 		{
 			name:       "defaults: remediation on",
-			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantKinds:  []string{"ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:   []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
-			wantMounts: map[string]bool{"/lib/modules": true, "/etc/modules-load.d": false, "/run/modules-load.d": true, "/usr/lib/modules-load.d": true},
+			wantMounts: bootMounts(false),
 			wantArgs:   []string{"run", "--remediate", "--metrics-bind-address=:9473", "--health-probe-bind-address=:9474", "--resync-period=1m", "--kube-proxy-metrics-address=127.0.0.1:10249"},
 		},
 		{
 			name:        "report-only: no SYS_MODULE, no writable host mount",
 			set:         []string{"remediation.enabled=false"},
-			wantKinds:   []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantKinds:   []string{"ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:    []corev1.Capability{"NET_ADMIN", "NET_RAW"},
-			wantMounts:  map[string]bool{"/lib/modules": true, "/etc/modules-load.d": true, "/run/modules-load.d": true, "/usr/lib/modules-load.d": true},
+			wantMounts:  bootMounts(true),
 			wantArgs:    []string{"run", "--metrics-bind-address=:9473"},
 			notWantArgs: []string{"--remediate"},
 		},
 		{
-			name:       "metrics off: no Service, metrics server disabled",
-			set:        []string{"metrics.enabled=false", "dashboard.enabled=false"},
+			name:       "metrics off, no uninstall cleanup: no Service, metrics server disabled, no hook",
+			set:        []string{"metrics.enabled=false", "dashboard.enabled=false", "cleanupOnUninstall.enabled=false"},
 			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "Role", "Role", "RoleBinding", "RoleBinding", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:   []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
-			wantMounts: map[string]bool{"/lib/modules": true, "/etc/modules-load.d": false, "/run/modules-load.d": true, "/usr/lib/modules-load.d": true},
+			wantMounts: bootMounts(false),
 			wantArgs:   []string{"--metrics-bind-address=0", "--health-probe-bind-address=:9474"},
 		},
 		{
 			name:       "monitoring: ServiceMonitor, PrometheusRule, scheduler and interface",
 			set:        []string{"metrics.serviceMonitor.enabled=true", "prometheusRule.enabled=true", "scheduler=lc", "arp.interface=eth0", "rbac.create=false", "admissionPolicy.enabled=false", "serviceAccount.create=false", "serviceAccount.name=agent"},
-			wantKinds:  []string{"ConfigMap", "DaemonSet", "PrometheusRule", "Service", "ServiceMonitor"},
+			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "PrometheusRule", "Service", "ServiceAccount", "ServiceMonitor"},
 			wantCaps:   []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
-			wantMounts: map[string]bool{"/lib/modules": true, "/etc/modules-load.d": false, "/run/modules-load.d": true, "/usr/lib/modules-load.d": true},
+			wantMounts: bootMounts(false),
 			wantArgs:   []string{"--scheduler=lc", "--interface=eth0"},
 		},
 	}
@@ -221,9 +259,20 @@ func TestRender(t *testing.T) {
 			if diff := cmp.Diff(tt.wantMounts, gotMounts); diff != "" {
 				t.Errorf("volume mounts path->readOnly (-want +got):\n%s", diff)
 			}
+			gotHostPaths := map[string]corev1.HostPathType{}
 			for _, v := range pod.Volumes {
-				if v.HostPath != nil && !slices.Contains([]string{"/lib/modules", "/etc/modules-load.d", "/run/modules-load.d", "/usr/lib/modules-load.d"}, v.HostPath.Path) {
-					t.Errorf("unexpected hostPath volume %s", v.HostPath.Path)
+				if v.HostPath != nil && v.HostPath.Type != nil {
+					gotHostPaths[v.HostPath.Path] = *v.HostPath.Type
+				}
+			}
+			if diff := cmp.Diff(wantHostPaths, gotHostPaths); diff != "" {
+				t.Errorf("hostPath volumes path->type (-want +got):\n%s", diff)
+			}
+			for _, m := range c.VolumeMounts {
+				for _, v := range pod.Volumes {
+					if v.Name == m.Name && (v.HostPath == nil || v.HostPath.Path != m.MountPath) {
+						t.Errorf("mount %s is not the host's own path: volume %+v", m.MountPath, v.VolumeSource)
+					}
 				}
 			}
 			var nodeName bool
@@ -437,7 +486,8 @@ func TestAdmissionPolicyOwnNodeOnly(t *testing.T) {
 		return string(out), err
 	}
 	const ns, release = "ipvs-guard-vap", "vap"
-	args := []string{"template", release, chartDir, "--namespace", ns}
+	// As helm install applies it: hooks are not part of the release.
+	args := []string{"template", release, chartDir, "--namespace", ns, "--no-hooks"}
 	manifest, err := exec.Command(helmBin(t), args...).Output()
 	if err != nil {
 		t.Fatalf("helm template: %v", err)
@@ -544,11 +594,176 @@ func TestArgsAcceptedByBinary(t *testing.T) {
 			if err != nil {
 				t.Fatalf("helm template: %v\n%s", err, stderr)
 			}
-			c := daemonSet(t, split(t, out)).Spec.Template.Spec.Containers[0]
-			args := append(append([]string{}, c.Args...), "--help")
-			if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
-				t.Errorf("ipvs-guard %v: %v\n%s", c.Args, err, out)
+			objs := split(t, out)
+			containers := daemonSet(t, objs).Spec.Template.Spec.Containers
+			if job, ok := cleanupJob(t, objs); ok {
+				containers = append(containers, job.Spec.Template.Spec.Containers...)
+			}
+			for _, c := range containers {
+				args := append(append([]string{}, c.Args...), "--help")
+				if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+					t.Errorf("ipvs-guard %v: %v\n%s", c.Args, err, out)
+				}
 			}
 		})
+	}
+}
+
+// cleanupJob returns the rendered uninstall cleanup Job, if any.
+func cleanupJob(t *testing.T, objs []object) (batchv1.Job, bool) {
+	t.Helper()
+	for _, o := range objs {
+		if o.kind == "Job" {
+			var job batchv1.Job
+			if err := yaml.UnmarshalStrict(o.raw, &job); err != nil {
+				t.Fatalf("Job does not decode strictly: %v", err)
+			}
+			return job, true
+		}
+	}
+	return batchv1.Job{}, false
+}
+
+// renderHook renders only the uninstall cleanup hook, with default values.
+func renderHook(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command(helmBin(t), "template", "ipvs-guard", chartDir, "--namespace", "ipvs-guard",
+		"--show-only", "templates/cleanup-hook.yaml").CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
+// TestCleanupHook checks the uninstall cleanup hook: every object of it is a
+// post-delete hook, deleted once it succeeded; the Job's pod runs
+// `ipvs-guard cleanup` as non-root with no capability, no host namespace and
+// no host mount; its ClusterRole can list and patch Nodes and patch their
+// status, nothing else.
+func TestCleanupHook(t *testing.T) {
+	out := renderHook(t)
+	objs := split(t, out)
+	for _, o := range objs {
+		var meta struct {
+			Metadata metav1.ObjectMeta `json:"metadata"`
+		}
+		if err := yaml.Unmarshal(o.raw, &meta); err != nil {
+			t.Fatal(err)
+		}
+		a := meta.Metadata.Annotations
+		if a["helm.sh/hook"] != "post-delete" || a["helm.sh/hook-delete-policy"] != "before-hook-creation,hook-succeeded" {
+			t.Errorf("%s %s: hook annotations %v", o.kind, o.name, a)
+		}
+	}
+	job, ok := cleanupJob(t, objs)
+	if !ok {
+		t.Fatal("no cleanup Job rendered")
+	}
+	pod := job.Spec.Template.Spec
+	if pod.HostNetwork || pod.HostPID || pod.HostIPC || len(pod.Volumes) > 0 {
+		t.Errorf("cleanup pod uses host namespaces or volumes: %+v", pod)
+	}
+	if pod.SecurityContext == nil || pod.SecurityContext.RunAsNonRoot == nil || !*pod.SecurityContext.RunAsNonRoot {
+		t.Error("cleanup pod is not runAsNonRoot")
+	}
+	c := pod.Containers[0]
+	if diff := cmp.Diff([]string{"cleanup", "--v=2"}, c.Args); diff != "" {
+		t.Errorf("cleanup args (-want +got):\n%s", diff)
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.Capabilities == nil || len(sc.Capabilities.Add) > 0 || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) ||
+		sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("cleanup container security context %+v", sc)
+	}
+	for _, o := range objs {
+		if o.kind != "ClusterRole" {
+			continue
+		}
+		var role rbacv1.ClusterRole
+		if err := yaml.UnmarshalStrict(o.raw, &role); err != nil {
+			t.Fatal(err)
+		}
+		want := []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch"}},
+		}
+		if diff := cmp.Diff(want, role.Rules); diff != "" {
+			t.Errorf("cleanup ClusterRole rules (-want +got):\n%s", diff)
+		}
+	}
+}
+
+// TestCleanupHookOnAPIServer runs the real `ipvs-guard cleanup` with a token
+// of the hook's ServiceAccount, bound by the hook's rendered RBAC, on a real
+// API server: ipvs-guard's conditions and annotation leave every Node, other
+// conditions and annotations stay.
+func TestCleanupHookOnAPIServer(t *testing.T) {
+	bin := ipvsguardtest.Binary(t)
+	srv := apiservertest.Start(t, apiservertest.Options{})
+	out := renderHook(t)
+	var rbac []string
+	for _, o := range split(t, out) {
+		if o.kind != "Job" {
+			rbac = append(rbac, string(o.raw))
+		}
+	}
+	manifest := filepath.Join(t.TempDir(), "hook.yaml")
+	setup := "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ipvs-guard\n---\n" + strings.Join(rbac, "\n---\n")
+	if err := os.WriteFile(manifest, []byte(setup), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := srv.Apply(ctx, manifest); err != nil {
+		t.Fatalf("applying the hook's ServiceAccount and RBAC: %v", err)
+	}
+	cs := kubernetes.NewForConfigOrDie(srv.AdminConfig())
+	for _, name := range []string{"n1", "n2"} {
+		n, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+			Annotations: map[string]string{"ipvs-guard.io/macs": "eth0=02:00:00:00:00:01", "other.io/keep": "1"}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ty := range []string{"Ready", "IPVSModulesMissing", "KubeProxyIPVSDegraded", "StrictARPDisabled", "LoadBalancerARPFailing"} {
+			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeConditionType(ty), Status: corev1.ConditionFalse, Reason: "Test"})
+		}
+		if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tok, err := cs.CoreV1().ServiceAccounts("ipvs-guard").CreateToken(ctx, "ipvs-guard-cleanup", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token for the hook's ServiceAccount: %v", err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := srv.WriteKubeconfig(kubeconfig, tok.Status.Token); err != nil {
+		t.Fatal(err)
+	}
+	// RBAC takes effect once the API server's informers have the binding.
+	var cleanOut []byte
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		cleanOut, err = exec.Command(bin, "cleanup", "--kubeconfig", kubeconfig).CombinedOutput()
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("ipvs-guard cleanup as the hook's ServiceAccount: %v\n%s", err, cleanOut)
+	}
+	for _, name := range []string{"n1", "n2"} {
+		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var left []string
+		for _, c := range n.Status.Conditions {
+			left = append(left, string(c.Type))
+		}
+		for k := range n.Annotations {
+			left = append(left, k)
+		}
+		if diff := cmp.Diff([]string{"Ready", "other.io/keep"}, left); diff != "" {
+			t.Errorf("node %s after cleanup (-want +got):\n%s", name, diff)
+		}
 	}
 }

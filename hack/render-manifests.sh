@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Renders the chart with its defaults into deploy/manifests/ipvs-guard.yaml, the
-# plain manifest for `kubectl apply -f` (namespace ipvs-guard included).
+# plain manifest for `kubectl apply -f` (namespace ipvs-guard included; without the Helm
+# hooks: the uninstall cleanup Job is `kubectl delete` + `ipvs-guard cleanup` there).
 # With --check, fails when the committed file differs from a fresh rendering.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
@@ -18,7 +19,7 @@ trap 'rm -f "$tmp"' EXIT
 	echo "kind: Namespace"
 	echo "metadata:"
 	echo "  name: ipvs-guard"
-	"$helm" template ipvs-guard deploy/ipvs-guard --namespace ipvs-guard
+	"$helm" template ipvs-guard deploy/ipvs-guard --namespace ipvs-guard --no-hooks
 } >"$tmp"
 if [ "${1:-}" = --check ]; then
 	diff -u "$out" "$tmp" || die "$out is stale: run make manifests"

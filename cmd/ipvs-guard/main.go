@@ -56,6 +56,6 @@ func newRootCommand() *cobra.Command {
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	root.PersistentFlags().AddGoFlagSet(klogFlags)
-	root.AddCommand(newDiagnoseCommand(), newRunCommand(), newVersionCommand())
+	root.AddCommand(newCleanupCommand(), newDiagnoseCommand(), newRunCommand(), newVersionCommand())
 	return root
 }

@@ -4,7 +4,7 @@
 # module proxy with the pinned tool module in hack/tools/kube-apiserver. The binary is cached under
 # $CACHE_DIR/<name>/<version>/ and rebuilt only when missing.
 #
-# Usage: hack/apiserver/install.sh [kube-apiserver|kube-proxy|kubectl|etcd]...   (default: etcd kube-apiserver)
+# Usage: hack/apiserver/install.sh [kube-apiserver|kube-proxy|kube-controller-manager|kube-scheduler|kubelet|kubectl|etcd]...   (default: etcd kube-apiserver)
 # Prints nothing on stdout except, with PRINT_PATHS=1, "name=path" lines.
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
@@ -51,7 +51,7 @@ for t in "${targets[@]}"; do
 		install_etcd
 		[ "${PRINT_PATHS:-}" = 1 ] && echo "etcd=$(command -v etcd)"
 		;;
-	kube-apiserver | kube-proxy | kubectl)
+	kube-apiserver | kube-proxy | kube-controller-manager | kube-scheduler | kubelet | kubectl)
 		build_k8s "$t"
 		[ "${PRINT_PATHS:-}" = 1 ] && echo "$t=$(k8s_binary_path "$t")"
 		;;

@@ -112,8 +112,10 @@ const usage = "## Installing\n\n" +
 	"into namespace `ipvs-guard`, which it creates; `make manifests` regenerates it).\n\n" +
 	"The agent runs on every node with the host network and only the capabilities it needs: `NET_ADMIN`\n" +
 	"(IPVS netlink), `NET_RAW` (ARP probes) and, when `remediation.enabled` (the default), `SYS_MODULE` and a\n" +
-	"writable host mount of `/etc/modules-load.d`. `/lib/modules` and the other modules-load.d directories are\n" +
-	"mounted read-only so the agent sees what the host loads at boot. `remediation.enabled=false` makes a\n" +
+	"writable host mount of `/etc/modules-load.d`. `/lib/modules`, Debian's `/etc/modules` and every other\n" +
+	"modules-load.d directory systemd reads are mounted read-only at their host paths, so the agent sees what\n" +
+	"the host loads at boot (Debian's `modules.conf -> ../modules` link resolves as on the host; a host without\n" +
+	"`/etc/modules` gets an empty one, which declares nothing). `remediation.enabled=false` makes a\n" +
 	"report-only agent: no `SYS_MODULE`, no writable host mount. It is never privileged. A ValidatingAdmissionPolicy lets its\n" +
 	"ServiceAccount change only the Node its pod runs on.\n\n"
 

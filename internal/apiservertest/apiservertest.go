@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -67,6 +68,17 @@ type Options struct {
 	// AuditPolicy, when set, is an audit policy (YAML); the API server then
 	// writes its audit log, one JSON event per line, to Server.AuditLog.
 	AuditPolicy string
+	// Users get a static token each besides the admin (Server.Tokens), e.g.
+	// system:kube-scheduler for a component with its bootstrap RBAC role.
+	Users []User
+}
+
+// User is a user of the static token file.
+type User struct {
+	// Name is the user name, e.g. system:kube-controller-manager.
+	Name string
+	// Groups are the user's groups, e.g. system:nodes.
+	Groups []string
 }
 
 // Server is a running etcd + kube-apiserver pair.
@@ -83,6 +95,12 @@ type Server struct {
 	Kubeconfig string
 	// AuditLog is the audit log file when Options.AuditPolicy is set.
 	AuditLog string
+	// Tokens maps each of Options.Users' names to its token.
+	Tokens map[string]string
+	// ServiceAccountKeyFile is the PEM RSA key the API server signs and
+	// verifies service-account tokens with (a controller manager's
+	// --service-account-private-key-file).
+	ServiceAccountKeyFile string
 
 	opts     Options
 	apiPort  int
@@ -91,28 +109,38 @@ type Server struct {
 
 	// mu guards the two processes.
 	mu        sync.Mutex
-	etcd, api *proc
+	etcd, api *Process
 }
 
-// proc is a started process; done closes once it was reaped.
-type proc struct {
+// Process is a started component process, killed when the test process
+// dies (Pdeathsig). The other component packages (controlplanetest, nodevm)
+// start theirs the same way.
+type Process struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error
 }
 
-func startProc(cmd *exec.Cmd) (*proc, error) {
+// StartProcess starts cmd and reaps it in the background.
+func StartProcess(cmd *exec.Cmd) (*Process, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
+	p := &Process{cmd: cmd, done: make(chan struct{})}
 	go func() { p.err = cmd.Wait(); close(p.done) }()
 	return p, nil
 }
 
-// stop sends SIGTERM, then SIGKILL after 10 s, and waits for the exit.
-func (p *proc) stop() {
+// Done is closed once the process has exited; Err then says how.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Err is the process' exit error, valid once Done is closed.
+func (p *Process) Err() error { return p.err }
+
+// Stop sends SIGTERM, then SIGKILL after 10 s, and waits for the exit. A nil
+// Process is a no-op.
+func (p *Process) Stop() {
 	if p == nil {
 		return
 	}
@@ -132,11 +160,7 @@ func BinaryPaths(o Options) (apiserver, etcd string) {
 		apiserver = os.Getenv("KUBE_APISERVER")
 	}
 	if apiserver == "" {
-		cache := os.Getenv("IPVS_GUARD_CACHE")
-		if cache == "" {
-			cache = filepath.Join(repoRoot(), ".cache")
-		}
-		apiserver = filepath.Join(cache, "kube-apiserver", KubeVersion, "kube-apiserver")
+		apiserver = CachedBinary("kube-apiserver")
 	}
 	etcd = o.Etcd
 	if etcd == "" {
@@ -150,6 +174,18 @@ func BinaryPaths(o Options) (apiserver, etcd string) {
 		}
 	}
 	return apiserver, etcd
+}
+
+// CachedBinary is where hack/apiserver/install.sh caches the
+// k8s.io/kubernetes command name at KubeVersion:
+// $IPVS_GUARD_CACHE/<name>/<KubeVersion>/<name>, by default under the
+// checkout's .cache.
+func CachedBinary(name string) string {
+	cache := os.Getenv("IPVS_GUARD_CACHE")
+	if cache == "" {
+		cache = filepath.Join(repoRoot(), ".cache")
+	}
+	return filepath.Join(cache, name, KubeVersion, name)
 }
 
 func repoRoot() string {
@@ -192,7 +228,7 @@ func StartServer(ctx context.Context, o Options) (*Server, error) {
 		}
 		o.Dir = d
 	}
-	ports, err := freePorts(3)
+	ports, err := FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +257,8 @@ func StartServer(ctx context.Context, o Options) (*Server, error) {
 	return s, nil
 }
 
-func freePorts(n int) ([]int, error) {
+// FreePorts returns n distinct free TCP ports on 127.0.0.1.
+func FreePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
@@ -254,18 +291,31 @@ func (s *Server) prepare() error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(s.Dir, "sa.key"), pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
+	s.ServiceAccountKeyFile = filepath.Join(s.Dir, "sa.key")
+	if err := os.WriteFile(s.ServiceAccountKeyFile, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(s.Dir, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600); err != nil {
 		return err
 	}
-	tok := make([]byte, 16)
-	if _, err := rand.Read(tok); err != nil {
+	newToken := func() (string, error) {
+		tok := make([]byte, 16)
+		_, err := rand.Read(tok)
+		return fmt.Sprintf("%x", tok), err
+	}
+	if s.AdminToken, err = newToken(); err != nil {
 		return err
 	}
-	s.AdminToken = fmt.Sprintf("%x", tok)
 	csv := fmt.Sprintf("%s,%s,admin-uid,\"system:masters\"\n", s.AdminToken, AdminUser)
+	s.Tokens = map[string]string{}
+	for i, u := range s.opts.Users {
+		tok, err := newToken()
+		if err != nil {
+			return err
+		}
+		s.Tokens[u.Name] = tok
+		csv += fmt.Sprintf("%s,%s,user-%d-uid,\"%s\"\n", tok, u.Name, i, strings.Join(u.Groups, ","))
+	}
 	return os.WriteFile(filepath.Join(s.Dir, "tokens.csv"), []byte(csv), 0o600)
 }
 
@@ -290,14 +340,14 @@ func (s *Server) startEtcd(ctx context.Context) error {
 		"--unsafe-no-fsync", "--log-level=warn", "--logger=zap",
 	)
 	cmd.Stdout, cmd.Stderr = out, out
-	p, err := startProc(cmd)
+	p, err := StartProcess(cmd)
 	if err != nil {
 		return fmt.Errorf("starting etcd: %w", err)
 	}
 	s.mu.Lock()
 	s.etcd = p
 	s.mu.Unlock()
-	return waitHTTP(ctx, http.DefaultClient, s.etcdURL+"/health", "", 30*time.Second)
+	return WaitHTTP(ctx, http.DefaultClient, s.etcdURL+"/health", "", 30*time.Second)
 }
 
 // StartAPIServer (re)starts kube-apiserver on the same port and waits for
@@ -332,26 +382,36 @@ func (s *Server) StartAPIServer(ctx context.Context) error {
 	args = append(args, s.opts.ExtraFlags...)
 	cmd := exec.Command(s.opts.APIServer, args...)
 	cmd.Stdout, cmd.Stderr = out, out
-	p, err := startProc(cmd)
+	p, err := StartProcess(cmd)
 	if err != nil {
 		return fmt.Errorf("starting kube-apiserver: %w", err)
 	}
 	s.mu.Lock()
 	s.api = p
 	s.mu.Unlock()
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // readiness poll only
+	if err := p.WaitReady(ctx, s.URL+"/readyz", s.AdminToken, 90*time.Second); err != nil {
+		return fmt.Errorf("kube-apiserver (log in %s): %w", s.Dir, err)
+	}
+	return nil
+}
+
+// WaitReady polls the process' HTTPS health endpoint url (certificate not
+// verified: a readiness poll only) until it answers 200 OK, the process
+// exits or timeout passes.
+func (p *Process) WaitReady(ctx context.Context, url, token string, timeout time.Duration) error {
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ready := make(chan error, 1)
-	go func() { ready <- waitHTTP(wctx, client, s.URL+"/readyz", s.AdminToken, 90*time.Second) }()
+	go func() { ready <- WaitHTTP(wctx, client, url, token, timeout) }()
 	select {
 	case err := <-ready:
 		if err != nil {
-			return fmt.Errorf("kube-apiserver not ready (log in %s): %w", s.Dir, err)
+			return fmt.Errorf("not ready: %w", err)
 		}
 		return nil
-	case <-p.done:
-		return fmt.Errorf("kube-apiserver exited during start (log in %s): %v", s.Dir, p.err)
+	case <-p.Done():
+		return fmt.Errorf("exited during start: %v", p.Err())
 	}
 }
 
@@ -361,7 +421,7 @@ func (s *Server) StopAPIServer() {
 	p := s.api
 	s.api = nil
 	s.mu.Unlock()
-	p.stop()
+	p.Stop()
 }
 
 // PIDs returns the process ids of kube-apiserver and etcd (0 for one that
@@ -385,10 +445,12 @@ func (s *Server) Close() {
 	p := s.etcd
 	s.etcd = nil
 	s.mu.Unlock()
-	p.stop()
+	p.Stop()
 }
 
-func waitHTTP(ctx context.Context, c *http.Client, url, token string, timeout time.Duration) error {
+// WaitHTTP polls url (with token as a bearer token, if any) every 100 ms
+// until it answers 200 OK or timeout passes.
+func WaitHTTP(ctx context.Context, c *http.Client, url, token string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var last error

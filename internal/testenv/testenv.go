@@ -8,6 +8,7 @@ package testenv
 
 import (
 	"os"
+	"os/exec"
 	"testing"
 )
 
@@ -30,4 +31,17 @@ func Require(t testing.TB, ok bool, why string) {
 func RequireRoot(t testing.TB) {
 	t.Helper()
 	Require(t, os.Geteuid() == 0, "test needs root")
+}
+
+// Tool returns the program named by the environment variable env (set by
+// the tier's entry script, e.g. HELM), else name on $PATH; without either
+// the test is skipped (failed in CI) with the hint how to get it.
+func Tool(t testing.TB, env, name, how string) string {
+	t.Helper()
+	p := os.Getenv(env)
+	if p == "" {
+		p, _ = exec.LookPath(name)
+	}
+	Require(t, p != "", "no "+name+": set "+env+" ("+how+")")
+	return p
 }

@@ -65,3 +65,14 @@ The image tag: image.tag, else the chart's appVersion.
 {{- define "ipvs-guard.imageTag" -}}
 {{- .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
+
+{{/*
+The modules-load.d directories systemd-modules-load reads besides
+/etc/modules-load.d, as volume name: host path (mounted read-only).
+*/}}
+{{- define "ipvs-guard.modulesLoadDirs" -}}
+run-modules-load-d: /run/modules-load.d
+usr-local-lib-modules-load-d: /usr/local/lib/modules-load.d
+usr-lib-modules-load-d: /usr/lib/modules-load.d
+lib-modules-load-d: /lib/modules-load.d
+{{- end }}
