@@ -258,3 +258,18 @@ func IPVSGuard(t testing.TB, args ...string) Result {
 	t.Helper()
 	return Run(t, Bin(), args...)
 }
+
+// SetSysctl writes a sysctl (dotted name, e.g. net.ipv4.conf.all.arp_ignore)
+// through /proc/sys and restores its old value when the test ends.
+func SetSysctl(t testing.TB, name, value string) {
+	t.Helper()
+	p := "/proc/sys/" + strings.ReplaceAll(name, ".", "/")
+	old, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(value), 0o644); err != nil {
+		t.Fatalf("setting %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = os.WriteFile(p, old, 0o644) })
+}

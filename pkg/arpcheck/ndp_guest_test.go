@@ -8,7 +8,6 @@ import (
 	"context"
 	"net/netip"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,19 +22,6 @@ func ip(t *testing.T, args ...string) {
 	if r := guest.Run(t, "/usr/sbin/ip", args...); r.ExitCode != 0 {
 		t.Fatalf("%s", r)
 	}
-}
-
-func writeSysctl(t *testing.T, name, value string) {
-	t.Helper()
-	p := "/proc/sys/" + strings.ReplaceAll(name, ".", "/")
-	old, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(value), 0o644); err != nil {
-		t.Fatalf("setting %s: %v", name, err)
-	}
-	t.Cleanup(func() { os.WriteFile(p, old, 0o644) })
 }
 
 // TestGuestVIPsOnKubeIPVS0 measures, on the stock Debian kernel with a real
@@ -95,11 +81,11 @@ func TestGuestVIPsOnKubeIPVS0(t *testing.T) {
 		vip   string
 		want  arpcheck.Result
 	}{
-		{"IPv4 VIP, arp_ignore=0", func(t *testing.T) { writeSysctl(t, "net.ipv4.conf.all.arp_ignore", "0") }, "198.51.100.10", arpcheck.ResultAnswered},
-		{"IPv4 VIP, arp_ignore=1", func(t *testing.T) { writeSysctl(t, "net.ipv4.conf.all.arp_ignore", "1") }, "198.51.100.10", arpcheck.ResultNoReply},
-		{"IPv6 VIP, arp_ignore=0", func(t *testing.T) { writeSysctl(t, "net.ipv4.conf.all.arp_ignore", "0") }, "fd00:99::10", arpcheck.ResultNoReply},
+		{"IPv4 VIP, arp_ignore=0", func(t *testing.T) { guest.SetSysctl(t, "net.ipv4.conf.all.arp_ignore", "0") }, "198.51.100.10", arpcheck.ResultAnswered},
+		{"IPv4 VIP, arp_ignore=1", func(t *testing.T) { guest.SetSysctl(t, "net.ipv4.conf.all.arp_ignore", "1") }, "198.51.100.10", arpcheck.ResultNoReply},
+		{"IPv6 VIP, arp_ignore=0", func(t *testing.T) { guest.SetSysctl(t, "net.ipv4.conf.all.arp_ignore", "0") }, "fd00:99::10", arpcheck.ResultNoReply},
 		{"IPv6 VIP, forwarding on, kube-ipvs0 up", func(t *testing.T) {
-			writeSysctl(t, "net.ipv6.conf.all.forwarding", "1")
+			guest.SetSysctl(t, "net.ipv6.conf.all.forwarding", "1")
 			ip(t, "link", "set", "kube-ipvs0", "up")
 			t.Cleanup(func() { guest.Run(t, "/usr/sbin/ip", "link", "set", "kube-ipvs0", "down") })
 		}, "fd00:99::10", arpcheck.ResultNoReply},

@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 
@@ -26,19 +25,6 @@ func sh(t *testing.T, cmd string) {
 	if r := guest.Run(t, "sh", "-c", cmd); r.ExitCode != 0 {
 		t.Fatalf("%s", r)
 	}
-}
-
-func setSysctl(t *testing.T, name, value string) {
-	t.Helper()
-	p := "/proc/sys/" + strings.ReplaceAll(name, ".", "/")
-	old, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(value), 0o644); err != nil {
-		t.Fatalf("setting %s: %v", name, err)
-	}
-	t.Cleanup(func() { os.WriteFile(p, old, 0o644) })
 }
 
 // TestGuestLoadBalancerIPOnKubeIPVS0 puts a LoadBalancer IP on a real
@@ -99,8 +85,8 @@ func TestGuestLoadBalancerIPOnKubeIPVS0(t *testing.T) {
 		{"1", "2", check.StatusOK, arpsysctl.ReasonOK},
 		{"1", "0", check.StatusProblem, arpsysctl.ReasonArpAnnounceWrong},
 	} {
-		setSysctl(t, "net.ipv4.conf.all.arp_ignore", tc.ignore)
-		setSysctl(t, "net.ipv4.conf.all.arp_announce", tc.announce)
+		guest.SetSysctl(t, "net.ipv4.conf.all.arp_ignore", tc.ignore)
+		guest.SetSysctl(t, "net.ipv4.conf.all.arp_announce", tc.announce)
 		res, err := c.Run(context.Background())
 		if err != nil {
 			t.Fatal(err)

@@ -202,9 +202,9 @@ func TestChecker(t *testing.T) {
 			link: link("192.0.2.10"), lb: lb("192.0.2.10"), wantStatus: check.StatusProblem, wantReason: ReasonArpAnnounceWrong},
 		{name: "no kubeconfig: every kube-ipvs0 address counts", root: unsafeRoot, link: link("10.96.0.1"), wantStatus: check.StatusProblem, wantReason: ReasonArpIgnoreTooLow},
 		{name: "IPv6 LB IPs only: nothing the kernel answers", root: unsafeRoot, link: link("fd00:96::1", "2001:db8::10"), lb: lb("2001:db8::10"), wantStatus: check.StatusSkipped, wantReason: ReasonNoLoadBalancerIPs,
-			wantInMsg: []string{"no IPv4 LoadBalancer IPs", "1 IPv6 address(es) left out"}},
+			wantInMsg: []string{"no IPv4 LoadBalancer IPs", "IPv6 addresses left out"}},
 		{name: "dual-stack LB IPs: only the IPv4 one is judged", root: unsafeRoot, link: link("192.0.2.10", "2001:db8::10"), lb: lb("192.0.2.10", "2001:db8::10"), wantStatus: check.StatusProblem, wantReason: ReasonArpIgnoreTooLow,
-			wantInMsg: []string{"kube-ipvs0 (192.0.2.10)"}},
+			wantInMsg: []string{"answers ARP for the LoadBalancer IPs on kube-ipvs0"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -83,7 +83,8 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	}
 	ips, v6 := splitIPv6(ips)
 	if v6 > 0 {
-		how += fmt.Sprintf("; %d IPv6 address(es) left out: the kernel never answers neighbour solicitations for an address on kube-ipvs0", v6)
+		// No count: it would change with every IPv6 LoadBalancer Service.
+		how += "; IPv6 addresses left out: the kernel never answers neighbour solicitations for an address on kube-ipvs0"
 	}
 	if len(ips) == 0 {
 		return check.Skipped(c.Name(), ReasonNoLoadBalancerIPs, "kube-ipvs0 holds no IPv4 LoadBalancer IPs ("+how+"): nothing for this node to answer ARP for"), nil
