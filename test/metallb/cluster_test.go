@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -183,7 +184,7 @@ func (c *cluster) createNode(n *l2segment.Node) {
 
 // hostTree makes the agent's --root: the captured Ubuntu 24.04 host tree
 // (every IPVS module loaded and declared: the host kernel here has no
-// modules), with /proc/sys/net pointing at the live one, which shows the
+// modules), with the live /proc/sys/net bind-mounted in, which shows the
 // reading process's own network namespace.
 func (c *cluster) hostTree(name string) string {
 	c.t.Helper()
@@ -192,9 +193,17 @@ func (c *cluster) hostTree(name string) string {
 	if out, err := cp.CombinedOutput(); err != nil {
 		c.t.Fatalf("copying the host tree: %v\n%s", err, out)
 	}
-	if err := os.Symlink("/proc/sys/net", filepath.Join(dst, "proc/sys/net")); err != nil {
+	// A bind mount, not a symlink: the agent resolves every link under
+	// --root inside the root, as the host would see it, so an absolute link
+	// to /proc/sys/net would loop back into the tree.
+	netDir := filepath.Join(dst, "proc/sys/net")
+	if err := os.MkdirAll(netDir, 0o755); err != nil {
 		c.t.Fatal(err)
 	}
+	if err := syscall.Mount("/proc/sys/net", netDir, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
+		c.t.Fatalf("bind-mounting /proc/sys/net into the host tree: %v", err)
+	}
+	c.t.Cleanup(func() { _ = syscall.Unmount(netDir, syscall.MNT_DETACH) })
 	return dst
 }
 
