@@ -79,12 +79,9 @@ func BuildRequest(srcMAC net.HardwareAddr, srcIP, target netip.Addr) ([]byte, er
 // requests, other hardware or protocol types) is an error; the prober drops
 // such frames without counting them. The returned slices are copies.
 func ParseReply(frame []byte) (Reply, error) {
-	var eth layers.Ethernet
-	if err := eth.DecodeFromBytes(frame, gopacket.NilDecodeFeedback); err != nil {
-		return Reply{}, fmt.Errorf("decoding Ethernet header: %w", err)
-	}
-	if eth.EthernetType != layers.EthernetTypeARP {
-		return Reply{}, fmt.Errorf("EtherType %#04x: %w", uint16(eth.EthernetType), errNotReply)
+	eth, err := decodeEthernet(frame, layers.EthernetTypeARP, errNotReply)
+	if err != nil {
+		return Reply{}, err
 	}
 	var arp layers.ARP
 	if err := arp.DecodeFromBytes(eth.Payload, gopacket.NilDecodeFeedback); err != nil {
@@ -106,4 +103,17 @@ func ParseReply(frame []byte) (Reply, error) {
 		TargetMAC: append(net.HardwareAddr(nil), arp.DstHwAddress...),
 		TargetIP:  tip,
 	}, nil
+}
+
+// decodeEthernet decodes a frame's Ethernet header and refuses any EtherType
+// but want, wrapping notWanted so callers can tell "not for us" from "broken".
+func decodeEthernet(frame []byte, want layers.EthernetType, notWanted error) (layers.Ethernet, error) {
+	var eth layers.Ethernet
+	if err := eth.DecodeFromBytes(frame, gopacket.NilDecodeFeedback); err != nil {
+		return eth, fmt.Errorf("decoding Ethernet header: %w", err)
+	}
+	if eth.EthernetType != want {
+		return eth, fmt.Errorf("EtherType %#04x: %w", uint16(eth.EthernetType), notWanted)
+	}
+	return eth, nil
 }

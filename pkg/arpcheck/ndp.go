@@ -92,12 +92,9 @@ func BuildSolicitation(srcMAC net.HardwareAddr, srcIP, target netip.Addr) ([]byt
 // neighbour cache would store), else the Ethernet source. The returned
 // slices are copies.
 func ParseAdvertisement(frame []byte) (Advertisement, error) {
-	var eth layers.Ethernet
-	if err := eth.DecodeFromBytes(frame, gopacket.NilDecodeFeedback); err != nil {
-		return Advertisement{}, fmt.Errorf("decoding Ethernet header: %w", err)
-	}
-	if eth.EthernetType != layers.EthernetTypeIPv6 {
-		return Advertisement{}, fmt.Errorf("EtherType %#04x: %w", uint16(eth.EthernetType), errNotAdvertisement)
+	eth, err := decodeEthernet(frame, layers.EthernetTypeIPv6, errNotAdvertisement)
+	if err != nil {
+		return Advertisement{}, err
 	}
 	var ip6 layers.IPv6
 	if err := ip6.DecodeFromBytes(eth.Payload, gopacket.NilDecodeFeedback); err != nil {
