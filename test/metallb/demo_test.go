@@ -32,7 +32,7 @@ func TestMetalLBDemo(t *testing.T) {
 	announcer := c.waitAnnouncer("web", "")
 	say("MetalLB's controller assigned %s to default/web; its speaker on %s announces it (ServiceL2Status)", ip, announcer)
 	c.expectAnswered(t, ip, announcer)
-	probers := c.probers(ip)
+	probers := c.shardProbers(ip, announcer)
 	say("agents probing it (%v) see exactly one MAC, %s's: LoadBalancerARPFailing=False", probers, announcer)
 
 	culprit := probers[0]

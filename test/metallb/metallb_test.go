@@ -77,19 +77,49 @@ func (c *cluster) probers(ip netip.Addr) []string {
 	return out
 }
 
-// expectAnswered waits until every agent probing ip reports it answered,
-// the condition LoadBalancerARPFailing is False on those nodes, and arping
-// from each of them at the same moment sees exactly the announcer's MAC.
+// shardProbers returns the nodes that must probe ip while announcer
+// announces it ("" when no node does), in c.order: rendezvous hashing over
+// every node (each runs an agent and publishes its MACs), the announcer
+// excluded, as every agent computes it from its own view.
+func (c *cluster) shardProbers(ip netip.Addr, announcer string) []string {
+	want := shard.Probers(ip, c.order, wantProbers, announcer)
+	var out []string
+	for _, n := range c.order {
+		if slices.Contains(want, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// waitProbers waits until exactly the nodes shardProbers names publish a
+// result for ip, and returns them. The set follows the announcer: while
+// MetalLB moves or withdraws an IP, each agent recomputes its share from
+// the ServiceL2Status it sees, so a set read before every agent has seen the
+// change is stale.
+func (c *cluster) waitProbers(ip netip.Addr, announcer string) []string {
+	c.t.Helper()
+	want := c.shardProbers(ip, announcer)
+	c.waitFor(fmt.Sprintf("exactly %v probe %s (announcer %q)", want, ip, announcer), waitLong, func() (bool, string) {
+		got := c.probers(ip)
+		return slices.Equal(got, want), fmt.Sprintf("probed by %v", got)
+	})
+	return want
+}
+
+// expectAnswered waits until exactly the agents the sharding names for ip
+// (never the announcer) probe it and report it answered, the condition
+// LoadBalancerARPFailing is False on those nodes, and arping from each of
+// them at the same moment sees exactly the announcer's MAC.
 func (c *cluster) expectAnswered(t *testing.T, ip netip.Addr, announcer string) {
 	t.Helper()
-	var probers []string
-	c.waitFor("agents probe "+ip.String()+" and find it answered", waitLong, func() (bool, string) {
-		probers = c.probers(ip)
-		if len(probers) < wantProbers {
-			return false, fmt.Sprintf("probed by %v, want %d probers", probers, wantProbers)
-		}
-		if slices.Contains(probers, announcer) {
-			return false, fmt.Sprintf("the announcing node %s still probes its own IP (probers %v)", announcer, probers)
+	probers := c.shardProbers(ip, announcer)
+	if len(probers) < wantProbers || slices.Contains(probers, announcer) {
+		t.Fatalf("sharding %s over %v names probers %v, want %d besides the announcer %s", ip, c.order, probers, wantProbers, announcer)
+	}
+	c.waitFor(fmt.Sprintf("%v probe %s and find it answered", probers, ip), waitLong, func() (bool, string) {
+		if got := c.probers(ip); !slices.Equal(got, probers) {
+			return false, fmt.Sprintf("probed by %v, want %v (announcer %s)", got, probers, announcer)
 		}
 		for _, n := range probers {
 			if r := c.arpResult(n, ip); r != "answered" {

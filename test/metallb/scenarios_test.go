@@ -116,7 +116,7 @@ func (c *cluster) expectArping(t *testing.T, ip netip.Addr, probers []string, wa
 // arp_announce=0): every node's kernel answers for the IP on its
 // kube-ipvs0, besides the speaker that announces it.
 func (c *cluster) strictARPOff(t *testing.T, ip netip.Addr, announcer string) {
-	probers := c.probers(ip)
+	probers := c.shardProbers(ip, announcer)
 	fault := time.Now()
 	for _, n := range c.order {
 		if err := c.nodes[n].SetStrictARP(c.ctx, false); err != nil {
@@ -175,7 +175,7 @@ func (c *cluster) foreignHost(t *testing.T, ip netip.Addr, announcer string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	probers := c.probers(ip)
+	probers := c.shardProbers(ip, announcer)
 	fault := time.Now()
 	if err := x.AddAddress(c.ctx, ip); err != nil {
 		t.Fatal(err)
@@ -215,7 +215,7 @@ type sample struct {
 // arping, until MetalLB has moved it and the agents agree; then the speaker
 // comes back. It returns the announcer after all that.
 func (c *cluster) failover(t *testing.T, ip netip.Addr, old string) string {
-	probers := c.probers(ip)
+	probers := c.shardProbers(ip, old)
 	observer := probers[0]
 	stop := make(chan struct{})
 	var mu sync.Mutex
@@ -363,15 +363,20 @@ func (c *cluster) advertisementExcludes(t *testing.T, ip netip.Addr) {
 
 	// interfaces naming a link no node has: the speaker MetalLB elects
 	// cannot announce, and nobody else does.
+	before := c.probers(ip)
 	fault := time.Now()
 	if err := metallbtest.ApplyL2Advertisement(c.ctx, c.dyn, "l2", map[string]any{"interfaces": []any{"eth9"}}); err != nil {
 		t.Fatal(err)
 	}
-	probers := []string{}
-	c.waitFor("agents probe "+ip.String(), waitLong, func() (bool, string) {
-		probers = c.probers(ip)
-		return len(probers) >= wantProbers, fmt.Sprintf("probed by %v", probers)
+	// MetalLB withdraws the ServiceL2Status; the agents then shard the IP
+	// over every node (no announcer to leave out), so the nodes that probe
+	// it may change: wait for the set the agents compute once they see it.
+	c.waitFor("MetalLB withdraws web's ServiceL2Status", waitLong, func() (bool, string) {
+		n := c.l2Status("web")
+		return n == "", fmt.Sprintf("ServiceL2Status names %q", n)
 	})
+	probers := c.waitProbers(ip, "")
+	t.Logf("interfaces [eth9]: probed by %v while %s announced it, by %v once no node does", before, moved, probers)
 	d := c.expectFailing(probers, "ARPNoReply", func(string) []string { return []string{ip.String(), "no MAC answered"} }, fault)
 	t.Logf("interfaces [eth9]: ServiceL2Status names %q; LoadBalancerARPFailing=True after %.1fs", c.l2Status("web"), d.Seconds())
 	c.expectArping(t, ip, probers, func(string) []string { return nil })
@@ -388,11 +393,7 @@ func (c *cluster) advertisementExcludes(t *testing.T, ip netip.Addr) {
 func (c *cluster) localWithoutSpeaker(t *testing.T) {
 	fault := time.Now()
 	ip := c.service("local", corev1.ServiceExternalTrafficPolicyLocal, "d")
-	var probers []string
-	c.waitFor("agents probe "+ip.String(), waitLong, func() (bool, string) {
-		probers = c.probers(ip)
-		return len(probers) >= wantProbers, fmt.Sprintf("probed by %v", probers)
-	})
+	probers := c.waitProbers(ip, "")
 	d := c.expectFailing(probers, "ARPNoReply", func(string) []string { return []string{ip.String(), "no MAC answered"} }, fault)
 	c.figure("eTP=Local, endpoint on a node without speaker → ARPNoReply", "%.1fs", d.Seconds())
 	if n := c.l2Status("local"); n != "" {
