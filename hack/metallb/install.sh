@@ -14,13 +14,23 @@ METALLB_VERSION=v0.16.2
 TOOL_DIR=$REPO_ROOT/hack/tools/metallb
 OUT_DIR=$CACHE_DIR/metallb/$METALLB_VERSION
 
+# module_dir prints the module cache directory of a module the tool module
+# requires, downloading it first: `go list -m` alone prints nothing for a
+# module not yet in the cache (a fresh machine).
+module_dir() {
+	local dir
+	dir=$(cd "$TOOL_DIR" && GOFLAGS=-mod=mod go mod download "$1" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' "$1")
+	[ -n "$dir" ] && [ -d "$dir" ] || die "module $1 not in the module cache after go mod download"
+	echo "$dir"
+}
+
 # prepare_src makes $OUT_DIR/src: a copy of the tool module whose frr-k8s replace points at
 # v0.0.26's api/v1beta1 package plus the one type and field MetalLB v0.16.2 uses from v0.0.27
 # (whose zip the proxy refuses; see hack/tools/metallb/go.mod). Only MetalLB's BGP code uses them.
 prepare_src() {
 	[ -f "$OUT_DIR/src/.ready" ] && return 0
 	local frr
-	frr=$(cd "$TOOL_DIR" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' github.com/metallb/frr-k8s)
+	frr=$(module_dir github.com/metallb/frr-k8s)
 	rm -rf "$OUT_DIR/src"
 	mkdir -p "$OUT_DIR/src/frr-k8s/api"
 	cp "$TOOL_DIR/go.mod" "$TOOL_DIR/go.sum" "$OUT_DIR/src/"
@@ -65,7 +75,7 @@ build_metallb() {
 copy_crds() {
 	[ -f "$OUT_DIR/crds/metallb.io_servicel2statuses.yaml" ] && return 0
 	local dir
-	dir=$(cd "$TOOL_DIR" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' go.universe.tf/metallb)
+	dir=$(module_dir go.universe.tf/metallb)
 	mkdir -p "$OUT_DIR/crds.tmp"
 	cp "$dir"/config/crd/bases/*.yaml "$OUT_DIR/crds.tmp/"
 	chmod -R u+w "$OUT_DIR/crds.tmp"
