@@ -131,3 +131,94 @@ func TestSyncAndARPTargets(t *testing.T) {
 		t.Errorf("ResponderNode(%s) = %q, %v", mac, n, ok)
 	}
 }
+
+// TestARPTargetsFollowWithdrawal checks that the sharded targets follow the
+// announcer without a restart: while node a announces an IP it never probes
+// it; once MetalLB withdraws the ServiceL2Status (no speaker may announce
+// it), a is eligible again and, where it outranks one of the two probers,
+// takes that prober's place. Each agent recomputes its share on every probe
+// from what its informers hold, so it needs no notice of the change.
+func TestARPTargetsFollowWithdrawal(t *testing.T) {
+	nodes := []string{"a", "b", "c"}
+	// An IP whose two probers change when a stops announcing it.
+	var ip netip.Addr
+	for i := 1; i < 255 && !ip.IsValid(); i++ {
+		cand := netip.AddrFrom4([4]byte{192, 0, 2, byte(i)})
+		if slices.Contains(shard.Probers(cand, nodes, 2, ""), "a") {
+			ip = cand
+		}
+	}
+	if !ip.IsValid() {
+		t.Fatal("no IP in 192.0.2.0/24 where a is among the two probers")
+	}
+	cs := fake.NewClientset(
+		lbService("default", "web", ip.String()),
+		node("a", true, `{"eth0":"02:00:00:00:00:0a"}`),
+		node("b", true, `{"eth0":"02:00:00:00:00:0b"}`),
+		node("c", true, `{"eth0":"02:00:00:00:00:0c"}`),
+	)
+	cs.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{{
+		GroupVersion: ServiceL2StatusGVR.GroupVersion().String(),
+		APIResources: []metav1.APIResource{{Name: ServiceL2StatusGVR.Resource, Namespaced: true, Kind: "ServiceL2Status"}},
+	}}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{ServiceL2StatusGVR: "ServiceL2StatusList"},
+		l2Status("l2-web", "a", "default", "web"),
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	views := map[string]*ClusterView{}
+	for _, n := range nodes {
+		v := NewClusterView(n, cs, dyn, metaOf(cs))
+		defer v.shutdown()
+		if err := v.Sync(ctx); err != nil {
+			t.Fatalf("Sync %s: %v", n, err)
+		}
+		views[n] = v
+	}
+	// probers returns the nodes whose view gives them ip, once every view
+	// sees announcer (the informers deliver the change asynchronously).
+	probers := func(announcer string) []string {
+		t.Helper()
+		for ctx.Err() == nil {
+			var out []string
+			seen := true
+			for _, n := range nodes {
+				ings, err := views[n].LoadBalancerIngresses()
+				if err != nil || len(ings) != 1 || ings[0].AnnouncingNode != announcer {
+					seen = false
+					break
+				}
+				ts, err := views[n].ARPTargets(2)(ctx)
+				if err != nil {
+					t.Fatalf("ARPTargets on %s: %v", n, err)
+				}
+				if len(ts) == 1 && ts[0].IP == ip {
+					out = append(out, n)
+				}
+			}
+			if seen {
+				return out
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("the views never all saw announcer %q", announcer)
+		return nil
+	}
+
+	if diff := cmp.Diff([]string{"b", "c"}, probers("a")); diff != "" {
+		t.Errorf("probers while a announces %s (-want +got):\n%s", ip, diff)
+	}
+	if err := dyn.Resource(ServiceL2StatusGVR).Namespace("metallb-system").Delete(ctx, "l2-web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := shard.Probers(ip, nodes, 2, "")
+	slices.Sort(want)
+	got := probers("")
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("probers once no node announces %s (-want +got):\n%s", ip, diff)
+	}
+	if !slices.Contains(got, "a") {
+		t.Errorf("a, which announced %s until MetalLB withdrew it, does not probe it: %v", ip, got)
+	}
+}
