@@ -215,8 +215,15 @@ type sample struct {
 // arping, until MetalLB has moved it and the agents agree; then the speaker
 // comes back. It returns the announcer after all that.
 func (c *cluster) failover(t *testing.T, ip netip.Addr, old string) string {
-	probers := c.shardProbers(ip, old)
-	observer := probers[0]
+	// arping runs from a node no speaker runs on: a prober may become the
+	// announcer, and a node never hears its own speaker's reply.
+	observer := c.shardProbers(ip, old)[0]
+	for _, n := range c.order {
+		if c.mlb.Speakers[n] == nil {
+			observer = n
+			break
+		}
+	}
 	stop := make(chan struct{})
 	var mu sync.Mutex
 	var samples []sample
