@@ -41,7 +41,7 @@ func BenchmarkMetalLBSpeakerRTT(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer sock.Close()
-	p, err := arpcheck.NewProber(sock, dst, rt.Interface, rt.MAC, rt.Src, arpcheck.ProbeOptions{Window: 50 * time.Millisecond, Attempts: 1})
+	p, err := arpcheck.NewProber(sock, dst, rt.Interface, rt.MAC, rt.Src, arpcheck.ProbeOptions{Window: 250 * time.Millisecond, Attempts: 1})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -50,22 +50,42 @@ func BenchmarkMetalLBSpeakerRTT(b *testing.B) {
 		obs, err := p.Probe(ctx, []netip.Addr{ip})
 		return err == nil && len(obs[0].MACs) == 1 && obs[0].MACs[0].String() == want, "no answer yet"
 	})
+	// A reply the busy user-space speaker sends after the window (or one
+	// arping does not print within its second) is a miss, counted and
+	// reported; the medians are over the answered probes. More than
+	// maxMisses on either side fails the benchmark.
+	const maxMisses = n / 10
 	var ours, theirs []time.Duration
+	var ourMisses, theirMisses int
 	for b.Loop() {
 		ours, theirs = ours[:0], theirs[:0]
+		ourMisses, theirMisses = 0, 0
 		for range n {
 			obs, err := p.Probe(ctx, []netip.Addr{ip})
-			if err != nil || len(obs[0].MACs) != 1 {
-				b.Fatalf("probe: %v %v", obs, err)
+			if err != nil {
+				b.Fatalf("probe: %v", err)
 			}
-			ours = append(ours, obs[0].RTT)
+			if len(obs[0].MACs) == 1 {
+				ours = append(ours, obs[0].RTT)
+			} else {
+				ourMisses++
+			}
 			r, err := c.nodes[prober].Arping(ctx, ip, 1, time.Second)
-			if err != nil || len(r.RTTs) != 1 {
+			if err != nil {
 				b.Fatalf("arping: %v\n%s", err, r.Output)
 			}
-			theirs = append(theirs, r.RTTs[0])
+			if len(r.RTTs) == 1 {
+				theirs = append(theirs, r.RTTs[0])
+			} else {
+				theirMisses++
+			}
 		}
 	}
+	if ourMisses > maxMisses || theirMisses > maxMisses {
+		b.Fatalf("of %d probes, ipvs-guard missed %d and arping %d replies (at most %d each)", n, ourMisses, theirMisses, maxMisses)
+	}
+	b.ReportMetric(float64(ourMisses), "ipvsguard-misses")
+	b.ReportMetric(float64(theirMisses), "arping-misses")
 	mo, mt := median(ours), median(theirs)
 	b.ReportMetric(float64(mo.Microseconds()), "ipvsguard-median-rtt-us")
 	b.ReportMetric(float64(mt.Microseconds()), "arping-median-rtt-us")
