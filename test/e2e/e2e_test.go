@@ -63,6 +63,7 @@ type e2e struct {
 	tl      *timeline
 	metrics string
 
+	step    string         // the scenario step running, named when the run fails
 	agent   agentContainer // the shipped DaemonSet's container
 	kpFlags []string
 	figures []string
@@ -78,7 +79,7 @@ func TestE2E(t *testing.T) {
 	e := &e2e{t: t, ctx: ctx, g: newGuest(guestURL), tl: newTimeline(os.Stdout), metrics: metricsURL}
 	t.Cleanup(e.finish)
 
-	e.tl.heading("Setting up: a real kube-apiserver %s + etcd on the host, the node \"guest\" in QEMU", apiservertest.KubeVersion)
+	e.begin("Setting up: a real kube-apiserver %s + etcd on the host, the node \"guest\" in QEMU", apiservertest.KubeVersion)
 	srv := apiservertest.Start(t, apiservertest.Options{ServiceCIDR: apiservertest.DualStackServiceCIDR})
 	cs, err := kubernetes.NewForConfig(srv.AdminConfig())
 	if err != nil {
@@ -167,7 +168,7 @@ func (e *e2e) setupCluster(srv *apiservertest.Server) {
 // Normal Event.
 func (e *e2e) scenarioModules() {
 	t, ctx := e.t, e.ctx
-	e.tl.heading("1. kube-proxy wants the lc scheduler; ip_vs_lc is not loaded")
+	e.begin("1. kube-proxy wants the lc scheduler; ip_vs_lc is not loaded")
 	e.g.run(ctx, t, `/usr/libexec/kmod/modprobe -a ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh nf_conntrack &&
 printf 'ip_vs\nip_vs_rr\nip_vs_wrr\nip_vs_sh\nnf_conntrack\n' >/etc/modules-load.d/ipvs.conf`)
 	e.tl.say("the node's admin loaded ip_vs, ip_vs_rr, ip_vs_wrr, ip_vs_sh and nf_conntrack by hand and listed them in /etc/modules-load.d/ipvs.conf")
@@ -189,7 +190,7 @@ printf 'ip_vs\nip_vs_rr\nip_vs_wrr\nip_vs_sh\nnf_conntrack\n' >/etc/modules-load
 	e.tl.say("report-only: nothing loaded, nothing written")
 	e.stopAgentTimed("report-only agent")
 
-	e.tl.heading("2. Remediation on (the chart's default: remediation.enabled=true)")
+	e.begin("2. Remediation on (the chart's default: remediation.enabled=true)")
 	e.startAgent(true)
 	e.waitCondition("IPVSModulesMissing", corev1.ConditionFalse, "")
 	e.waitEvents("IPVSModulesMissing", map[string]int{"Warning": 1, "Normal": 1})
@@ -222,7 +223,7 @@ func (e *e2e) scenarioKubeProxyUp() {
 // kube-ipvs0 with strict ARP off → StrictARPDisabled and LoadBalancerARPFailing.
 func (e *e2e) scenarioSilentLoadBalancer() {
 	t, ctx := e.t, e.ctx
-	e.tl.heading("3. A LoadBalancer IP that nobody answers, and strict ARP off")
+	e.begin("3. A LoadBalancer IP that nobody answers, and strict ARP off")
 	shop := service{name: "shop", typ: corev1.ServiceTypeLoadBalancer, clusterIP: shopClusterIP, port: 80, lbIP: silentLBIP, endpoint: "10.244.0.11"}
 	if err := createService(ctx, e.cs, "default", shop); err != nil {
 		t.Fatal(err)
@@ -248,7 +249,7 @@ func (e *e2e) scenarioSilentLoadBalancer() {
 // sysctls → StrictARPDisabled False + one Normal Event.
 func (e *e2e) scenarioStrictARPOn() {
 	t, ctx := e.t, e.ctx
-	e.tl.heading("4. The fix for strict ARP: kube-proxy --ipvs-strict-arp=true")
+	e.begin("4. The fix for strict ARP: kube-proxy --ipvs-strict-arp=true")
 	e.g.run(ctx, t, `kp_stop`)
 	e.startKubeProxy(true)
 	e.waitGuest(120*time.Second, `[ "$(cat /proc/sys/net/ipv4/conf/all/arp_ignore)" = 1 ] && [ "$(cat /proc/sys/net/ipv4/conf/all/arp_announce)" = 2 ]`)
@@ -261,7 +262,7 @@ func (e *e2e) scenarioStrictARPOn() {
 // /metrics and LoadBalancerARPFailing goes False.
 func (e *e2e) scenarioServiceGone() {
 	t, ctx := e.t, e.ctx
-	e.tl.heading("5. The LoadBalancer Service is deleted")
+	e.begin("5. The LoadBalancer Service is deleted")
 	if err := deleteService(ctx, e.cs, "default", "shop"); err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +288,7 @@ func (e *e2e) scenarioServiceGone() {
 // kube-ipvs0, StrictARPDisabled stays False.
 func (e *e2e) scenarioSilentIPv6LoadBalancer() {
 	t, ctx := e.t, e.ctx
-	e.tl.heading("6. A dual-stack LoadBalancer whose IPv6 ingress IP nobody answers")
+	e.begin("6. A dual-stack LoadBalancer whose IPv6 ingress IP nobody answers")
 	cart := service{
 		name: "cart", typ: corev1.ServiceTypeLoadBalancer, clusterIP: cartClusterIP, clusterIP6: cartClusterIP6,
 		port: 80, lbIP: silentLBIP6, endpoint: "10.244.0.12", endpoint6: "fd00:10:244::12",
@@ -340,7 +341,7 @@ func (e *e2e) scenarioSilentIPv6LoadBalancer() {
 // leaves /metrics and LoadBalancerARPFailing goes False.
 func (e *e2e) scenarioIPv6ServiceGone() {
 	t, ctx := e.t, e.ctx
-	e.tl.heading("7. The dual-stack LoadBalancer Service is deleted")
+	e.begin("7. The dual-stack LoadBalancer Service is deleted")
 	if err := deleteService(ctx, e.cs, "default", "cart"); err != nil {
 		t.Fatalf("step 7: %v", err)
 	}
@@ -360,7 +361,7 @@ func (e *e2e) scenarioIPv6ServiceGone() {
 // stopAgent checks the end state and stops the agent.
 func (e *e2e) stopAgent() {
 	t, ctx := e.t, e.ctx
-	e.tl.heading("The end")
+	e.begin("The end")
 	// Exactly one Event per transition over the whole run.
 	e.waitEvents("IPVSModulesMissing", map[string]int{"Warning": 1, "Normal": 1})
 	e.waitEvents("StrictARPDisabled", map[string]int{"Warning": 1, "Normal": 1})
@@ -500,6 +501,13 @@ func (e *e2e) waitCondition(condType string, status corev1.ConditionStatus, reas
 		return false, "condition absent"
 	})
 	return found
+}
+
+// begin starts a scenario step: its heading in the timeline, and its name
+// in the failure report.
+func (e *e2e) begin(format string, args ...any) {
+	e.step = fmt.Sprintf(format, args...)
+	e.tl.heading("%s", e.step)
 }
 
 // condition returns the Node's condition of condType (zero when absent).
@@ -652,6 +660,9 @@ func (e *e2e) finish() {
 				_ = os.WriteFile(filepath.Join(dir, name+".log"), []byte(out), 0o644)
 			}
 		}
+	}
+	if e.t.Failed() {
+		e.t.Logf("FAILED in step %q", e.step)
 	}
 	if e.t.Failed() && len(e.figures) > 0 {
 		e.t.Logf("figures so far: %s", strings.Join(e.figures, "; "))
