@@ -64,7 +64,8 @@ const readSlice = 200 * time.Millisecond
 // ProbeOptions tune a Prober. Zero fields take the defaults.
 type ProbeOptions struct {
 	// Window is how long replies for an IP are collected, counted from its
-	// first request (default 1 s). Retries are spread over the window.
+	// first request (default 1 s). Retries go out Window/Attempts apart
+	// inside it, only while the IP is unanswered; it is never extended.
 	Window time.Duration
 	// Attempts is how many requests are sent to an IP that does not answer
 	// before it is declared no-reply (default 3: one request, two retries).
