@@ -97,7 +97,7 @@ kp_starts() { wc -l <"$E2E_RUN/kube-proxy.starts" 2>/dev/null || echo 0; }
 # virtual server and sits on kube-ipvs0.
 kp_table_has() {
 	table=$(ipvsadm -Ln 2>/dev/null)
-	addrs=$(ip -o addr show dev kube-ipvs0 2>/dev/null)
+	addrs=$(/usr/sbin/ip -o addr show dev kube-ipvs0 2>/dev/null) # iproute2: busybox ip lacks IPv6 details
 	for vip in "$@"; do
 		case $vip in
 		*:*)

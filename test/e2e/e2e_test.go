@@ -158,7 +158,7 @@ func (e *e2e) setupCluster(srv *apiservertest.Server) {
 	e.g.run(ctx, t, fmt.Sprintf("cat >/run/e2e/agent.kubeconfig <<'EOF'\n%s\nEOF\ncat >/run/e2e/kube-proxy.kubeconfig <<'EOF'\n%s\nEOF\n", agentKC, kpKC))
 	// The node's IPv6 address, static as on a server (nodad: QEMU's network
 	// holds no other host that could have it).
-	e.g.run(ctx, t, `ip -6 addr add `+nodeIP6+`/64 dev eth0 nodad && ip -6 addr show dev eth0 | grep -qF "inet6 `+nodeIP6+`/64"`)
+	e.g.run(ctx, t, `/usr/sbin/ip -6 addr add `+nodeIP6+`/64 dev eth0 nodad && /usr/sbin/ip -6 addr show dev eth0 | grep -qF "inet6 `+nodeIP6+`/64"`)
 	up := e.g.run(ctx, t, `echo "$(uname -r) $(uptime_s)"`)
 	e.tl.say("guest node is up: Debian kernel %s, eth0 %s/24 and %s/64", strings.Fields(up)[0], nodeIP, nodeIP6)
 }
@@ -302,7 +302,7 @@ func (e *e2e) scenarioSilentIPv6LoadBalancer() {
 	if err != nil || code != 0 {
 		t.Fatalf("step 6, kube-proxy programming the IPv6 VIPs: exit %d, %v:\n%s", code, err, out)
 	}
-	vs := e.g.run(ctx, t, `ipvsadm -Ln -t '[`+silentLBIP6+`]:80' && ip -6 -o addr show dev kube-ipvs0 | grep -F "inet6 `+silentLBIP6+`/"`)
+	vs := e.g.run(ctx, t, `ipvsadm -Ln -t '[`+silentLBIP6+`]:80' && /usr/sbin/ip -6 -o addr show dev kube-ipvs0 | grep -F "inet6 `+silentLBIP6+`/"`)
 	if !strings.Contains(vs, "[fd00:10:244::12]:8080") {
 		t.Errorf("step 6: the IPv6 virtual server [%s]:80 has no real server [fd00:10:244::12]:8080:\n%s", silentLBIP6, vs)
 	}
