@@ -23,6 +23,7 @@ import (
 
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
 )
 
 // The scenario's cluster, dual-stack with IPv4 primary. The guest is
@@ -293,6 +294,7 @@ func (e *e2e) scenarioSilentIPv6LoadBalancer() {
 		name: "cart", typ: corev1.ServiceTypeLoadBalancer, clusterIP: cartClusterIP, clusterIP6: cartClusterIP6,
 		port: 80, lbIP: silentLBIP6, endpoint: "10.244.0.12", endpoint6: "fd00:10:244::12",
 	}
+	created := time.Now()
 	if err := createService(ctx, e.cs, "default", cart); err != nil {
 		t.Fatalf("step 6, creating the dual-stack Service: %v", err)
 	}
@@ -320,7 +322,15 @@ func (e *e2e) scenarioSilentIPv6LoadBalancer() {
 	e.waitMetric("ipvs_guard_arp_probe_result", map[string]string{"family": "ipv6", "ip": silentLBIP6, "result": "no-reply"}, 1)
 	e.tl.say("/metrics: ipvs_guard_arp_probe_result{family=\"ipv6\",ip=%q,result=\"no-reply\"} 1", silentLBIP6)
 
-	// The ipvs check compares the v6 virtual servers with the Service's v6 VIPs.
+	// The ipvs check compares the v6 virtual servers with the Service's v6
+	// VIPs. A missing one counts only once it has been missing for the
+	// settle time, so the verdict that matters is from a run started after
+	// that time has passed since the Service appeared and after kube-proxy
+	// programmed the v6 table.
+	if d := ipvscheck.DefaultSettle + 5*time.Second - time.Since(created); d > 0 {
+		time.Sleep(d)
+	}
+	e.waitNextRun("ipvs")
 	e.waitMetric("ipvs_guard_check_status", map[string]string{"check": "ipvs", "status": "ok"}, 1)
 	e.waitCondition("KubeProxyIPVSDegraded", corev1.ConditionFalse, "")
 	e.tl.say("ipvs check ok with the IPv6 virtual servers in the table; KubeProxyIPVSDegraded=False")
