@@ -93,14 +93,22 @@ kp_stop() {
 # kp_starts prints how many times kube-proxy was started by the loop.
 kp_starts() { wc -l <"$E2E_RUN/kube-proxy.starts" 2>/dev/null || echo 0; }
 
-# kp_table_has VIP... succeeds when every VIP has an IPVS virtual server and
-# sits on kube-ipvs0.
+# kp_table_has VIP... succeeds when every VIP (IPv4 or IPv6) has an IPVS
+# virtual server and sits on kube-ipvs0.
 kp_table_has() {
 	table=$(ipvsadm -Ln 2>/dev/null)
-	addrs=$(ip -4 -o addr show dev kube-ipvs0 2>/dev/null)
+	addrs=$(/usr/sbin/ip -o addr show dev kube-ipvs0 2>/dev/null) # iproute2: busybox ip lacks IPv6 details
 	for vip in "$@"; do
-		echo "$table" | grep -q " $vip:" || return 1
-		echo "$addrs" | grep -q "inet $vip/" || return 1
+		case $vip in
+		*:*)
+			echo "$table" | grep -qF " [$vip]:" || return 1
+			echo "$addrs" | grep -qF "inet6 $vip/" || return 1
+			;;
+		*)
+			echo "$table" | grep -qF " $vip:" || return 1
+			echo "$addrs" | grep -qF "inet $vip/" || return 1
+			;;
+		esac
 	done
 }
 

@@ -40,6 +40,10 @@ const KubeVersion = "v1.37.1"
 // Services; the API server's own Service gets 10.96.0.1).
 const ServiceCIDR = "10.96.0.0/16"
 
+// DualStackServiceCIDR is an IPv4-primary dual-stack Service range for
+// Options.ServiceCIDR: ServiceCIDR and an IPv6 /112 beside it.
+const DualStackServiceCIDR = ServiceCIDR + ",fd00:10:96::/112"
+
 // AdminUser is the user of the admin token (group system:masters).
 const AdminUser = "admin"
 
@@ -63,7 +67,10 @@ type Options struct {
 	ExtraFlags []string
 	// Stdout receives both processes' logs; nil writes them to files in Dir.
 	Stdout io.Writer
-	// ServiceCIDR overrides the Service cluster IP range (default ServiceCIDR).
+	// ServiceCIDR overrides the Service cluster IP range (default
+	// ServiceCIDR). Two ranges, one per family and comma-separated (e.g.
+	// DualStackServiceCIDR), make a dual-stack cluster: Services may then ask
+	// for ipFamilyPolicy PreferDualStack or RequireDualStack.
 	ServiceCIDR string
 	// AuditPolicy, when set, is an audit policy (YAML); the API server then
 	// writes its audit log, one JSON event per line, to Server.AuditLog.

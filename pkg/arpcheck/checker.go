@@ -163,10 +163,12 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	groups := map[groupKey]*group{}
 	var order []*group
 	var unprobed []string
+	for i := range targets {
+		targets[i].IP = targets[i].IP.Unmap()
+	}
+	routes, routeErrs := c.routes(ctx, targets)
 	for i, t := range targets {
-		t.IP = t.IP.Unmap()
-		targets[i].IP = t.IP
-		rt, err := c.network.Route(ctx, t.IP, t.Interface)
+		rt, err := routes[i], routeErrs[i]
 		if err != nil {
 			logger.V(2).Info("Not probing", "vip", t.IP, "err", err)
 			unprobed = append(unprobed, fmt.Sprintf("%s (%v)", t.IP, err))
@@ -228,6 +230,19 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	}
 	logger.V(2).Info("ARP/NDP check done", "ips", n, "problems", len(problems), "unprobed", len(unprobed))
 	return res, nil
+}
+
+// routes looks up every target's route, at once when the network can.
+func (c *Checker) routes(ctx context.Context, targets []Target) ([]Route, []error) {
+	if br, ok := c.network.(BatchRouter); ok {
+		return br.Routes(ctx, targets)
+	}
+	routes := make([]Route, len(targets))
+	errs := make([]error, len(targets))
+	for i, t := range targets {
+		routes[i], errs[i] = c.network.Route(ctx, t.IP, t.Interface)
+	}
+	return routes, errs
 }
 
 // probeAll opens every group's socket first, then probes the groups in

@@ -53,6 +53,14 @@ type Network interface {
 	Listen(ctx context.Context, r Route) (Socket, net.Addr, error)
 }
 
+// BatchRouter is implemented by a Network that looks up many routes at
+// once more cheaply than one by one (HostNetwork: over one netlink
+// connection). Routes returns, per target, what Route(ctx, t.IP,
+// t.Interface) would.
+type BatchRouter interface {
+	Routes(ctx context.Context, targets []Target) ([]Route, []error)
+}
+
 // HostNetwork is the host's network: netlink route lookups and AF_PACKET
 // sockets. With NetNSPath empty it is the network namespace of the calling
 // thread; otherwise the named one (e.g. /var/run/netns/x), whose sockets are
@@ -62,4 +70,7 @@ type HostNetwork struct {
 	NetNSPath string
 }
 
-var _ Network = HostNetwork{}
+var (
+	_ Network     = HostNetwork{}
+	_ BatchRouter = HostNetwork{}
+)

@@ -57,6 +57,32 @@ func (h HostNetwork) Route(_ context.Context, ip netip.Addr, iface string) (Rout
 		return Route{}, err
 	}
 	defer nh.Close()
+	return route(nh, ip, iface)
+}
+
+// Routes implements BatchRouter: Route for every target over one netlink
+// connection (opening one per lookup, in another network namespace, costs
+// more than the lookup itself). An error opening it is every target's.
+func (h HostNetwork) Routes(_ context.Context, targets []Target) ([]Route, []error) {
+	routes := make([]Route, len(targets))
+	errs := make([]error, len(targets))
+	nh, err := h.handle()
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return routes, errs
+	}
+	defer nh.Close()
+	for i, t := range targets {
+		routes[i], errs[i] = route(nh, t.IP.Unmap(), t.Interface)
+	}
+	return routes, errs
+}
+
+// route looks up where requests for ip go out over nh (see Route).
+func route(nh *netlink.Handle, ip netip.Addr, iface string) (Route, error) {
+	var err error
 
 	var forced netlink.Link
 	if iface != "" {

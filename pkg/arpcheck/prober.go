@@ -4,7 +4,6 @@ package arpcheck
 
 import (
 	"bytes"
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -42,12 +41,20 @@ type stampedReader interface {
 const (
 	// DefaultWindow is how long replies for an IP are collected.
 	DefaultWindow = time.Second
-	// DefaultAttempts is how many requests a silent IP gets.
+	// DefaultAttempts is how many requests a silent IP gets, one every
+	// DefaultWindow/DefaultAttempts (as the kernel retries an unresolved
+	// neighbour: mcast_solicit=3 requests, retrans_time 1 s apart).
 	DefaultAttempts = 3
-	// DefaultRate is the frames per second a node sends at most.
+	// DefaultRate is the frames per second a node sends at most, sustained.
 	DefaultRate = rate.Limit(2000)
-	// DefaultBurst is how many frames may go out back to back.
-	DefaultBurst = 128
+	// DefaultBurst is how many frames may go out back to back. With
+	// DefaultRate, a node sends at most DefaultBurst + DefaultRate·T frames
+	// in any T seconds: 2,512 in any second. A round of 1,000 IPs (300
+	// answering) sends 2,400 frames in all, about 1.2 s from first request to
+	// last window; the kernel sends 1,000 neighbour requests back to back
+	// when traffic to 1,000 new addresses starts, and MetalLB's speaker a
+	// gratuitous announcement per IP back to back on every takeover.
+	DefaultBurst = 512
 )
 
 // readSlice bounds each read, so a reader never sleeps past a stop request
@@ -57,7 +64,8 @@ const readSlice = 200 * time.Millisecond
 // ProbeOptions tune a Prober. Zero fields take the defaults.
 type ProbeOptions struct {
 	// Window is how long replies for an IP are collected, counted from its
-	// first request (default 1 s). Retries are spread over the window.
+	// first request (default 1 s). Retries go out Window/Attempts apart
+	// inside it, only while the IP is unanswered; it is never extended.
 	Window time.Duration
 	// Attempts is how many requests are sent to an IP that does not answer
 	// before it is declared no-reply (default 3: one request, two retries).
@@ -139,34 +147,13 @@ type probeState struct {
 	stamped []time.Time        // kernel receive time per entry of macs, zero when unknown
 }
 
-func (s *probeState) deadline(window, interval time.Duration) time.Time {
+// deadline is when the IP's window closes: window after its first request.
+// Retries go out inside the window and never extend it.
+func (s *probeState) deadline(window time.Duration) time.Time {
 	if len(s.sends) == 0 {
 		return time.Time{}
 	}
-	d := s.sends[0].Add(window)
-	if last := s.sends[len(s.sends)-1].Add(interval); last.After(d) {
-		d = last
-	}
-	return d
-}
-
-// retry is a scheduled re-send.
-type retry struct {
-	due time.Time
-	st  *probeState
-}
-
-type retryHeap []retry
-
-func (h retryHeap) Len() int           { return len(h) }
-func (h retryHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
-func (h retryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *retryHeap) Push(x any)        { *h = append(*h, x.(retry)) }
-func (h *retryHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+	return s.sends[0].Add(window)
 }
 
 // Probe sends requests for every IP (duplicates probed once), keeps
@@ -218,19 +205,12 @@ func (p *Prober) Probe(ctx context.Context, ips []netip.Addr) ([]Observation, er
 	case <-ctx.Done():
 	}
 
-	sendErr := p.send(ctx, order, &mu)
+	sched := newSchedule(order, p.opts.Window, p.opts.Attempts)
+	sendErr := p.send(ctx, sched, &mu)
 	if sendErr == nil {
-		// Collect replies until the last window closes.
-		mu.Lock()
-		var end time.Time
-		interval := p.opts.Window / time.Duration(p.opts.Attempts)
-		for _, st := range order {
-			if d := st.deadline(p.opts.Window, interval); d.After(end) {
-				end = d
-			}
-		}
-		mu.Unlock()
-		sendErr = sleepUntil(ctx, end)
+		// Collect replies until the last window closes. Only this goroutine
+		// writes sends, so reading them needs no lock.
+		sendErr = sleepUntil(ctx, sched.end(order))
 	}
 	r.stop()
 	if readErr := <-readerDone; readErr != nil {
@@ -242,19 +222,18 @@ func (p *Prober) Probe(ctx context.Context, ips []netip.Addr) ([]Observation, er
 
 	mu.Lock()
 	defer mu.Unlock()
-	interval := p.opts.Window / time.Duration(p.opts.Attempts)
 	out := make([]Observation, 0, len(order))
 	for _, st := range order {
-		out = append(out, st.observe(p.opts.Window, interval))
+		out = append(out, st.observe(p.opts.Window))
 	}
 	logger.V(4).Info("Probe round done", "protocol", FamilyOf(p.src).Protocol(), "ips", len(out), "requests", r.requests(order))
 	return out, nil
 }
 
 // observe keeps the replies that arrived within the window and measures the RTT.
-func (s *probeState) observe(window, interval time.Duration) Observation {
+func (s *probeState) observe(window time.Duration) Observation {
 	o := Observation{IP: s.ip, Requests: len(s.sends), MACs: []net.HardwareAddr{}}
-	deadline := s.deadline(window, interval)
+	deadline := s.deadline(window)
 	first := -1
 	for i, mac := range s.macs {
 		if s.arrived[i].After(deadline) {
@@ -288,41 +267,33 @@ func (s *probeState) observe(window, interval time.Duration) Observation {
 	return o
 }
 
-// send writes the first request for every IP, then retries for the silent
-// ones. Due retries go before first requests, so a long rate-limited batch
-// does not starve early IPs of their retries.
-func (p *Prober) send(ctx context.Context, order []*probeState, mu *sync.Mutex) error {
-	interval := p.opts.Window / time.Duration(p.opts.Attempts)
-	var retries retryHeap
-	next := 0
+// send writes the requests in the order sched gives them, each after a
+// token of the rate limiter, until sched has nothing left to send.
+func (p *Prober) send(ctx context.Context, sched *schedule, mu *sync.Mutex) error {
+	answered := func(st *probeState) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(st.macs) > 0
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("probing on %s: %w", p.iface, err)
 		}
-		var st *probeState
-		now := time.Now()
-		switch {
-		case len(retries) > 0 && !retries[0].due.After(now):
-			st = heap.Pop(&retries).(retry).st
-			mu.Lock()
-			answered := len(st.macs) > 0
-			mu.Unlock()
-			if answered {
-				continue
-			}
-		case next < len(order):
-			st = order[next]
-			next++
-		case len(retries) > 0:
-			if err := sleepUntil(ctx, retries[0].due); err != nil {
+		st, wait, done := sched.next(time.Now(), answered)
+		if done {
+			return nil
+		}
+		if st == nil {
+			if err := sleepUntil(ctx, time.Now().Add(wait)); err != nil {
 				return err
 			}
 			continue
-		default:
-			return nil
 		}
 		if err := p.opts.Limiter.Wait(ctx); err != nil {
 			return fmt.Errorf("probing on %s: waiting for the rate limiter: %w", p.iface, err)
+		}
+		if len(st.sends) > 0 && (answered(st) || !st.deadline(p.opts.Window).After(time.Now())) {
+			continue // answered, or its window closed, while waiting for the limiter
 		}
 		frame, err := buildProbe(p.mac, p.src, st.ip)
 		if err != nil {
@@ -333,14 +304,11 @@ func (p *Prober) send(ctx context.Context, order []*probeState, mu *sync.Mutex) 
 		sent := time.Now()
 		mu.Lock()
 		st.sends = append(st.sends, sent)
-		n := len(st.sends)
 		mu.Unlock()
 		if _, err := p.conn.WriteTo(frame, p.dst); err != nil {
 			return fmt.Errorf("sending %s request for %s on %s: %w", FamilyOf(st.ip).Protocol(), st.ip, p.iface, err)
 		}
-		if n < p.opts.Attempts {
-			heap.Push(&retries, retry{due: sent.Add(interval), st: st})
-		}
+		sched.sent(st, sent)
 	}
 }
 

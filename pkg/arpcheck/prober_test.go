@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -315,5 +316,58 @@ func TestProberReadError(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("a broken socket was noticed after %v, not at once", d)
+	}
+}
+
+// TestProberRetriesInsideWindow: a silent IP gets Attempts requests spaced
+// Window/Attempts apart, all inside its window, and the round ends when the
+// window closes (TestScheduleRound checks the round's end on a simulated
+// clock; here a round never ends before the window).
+func TestProberRetriesInsideWindow(t *testing.T) {
+	const window, attempts = 600 * time.Millisecond, 3
+	var mu sync.Mutex
+	var at []time.Time
+	c := newFakeConn(func(_ *fakeConn, _ []byte) {
+		mu.Lock()
+		at = append(at, time.Now())
+		mu.Unlock()
+	})
+	p := newTestProber(t, c, window, attempts)
+	start := time.Now()
+	obs, err := p.Probe(context.Background(), []netip.Addr{ip("10.0.0.8")})
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obs[0].Requests != attempts || len(at) != attempts {
+		t.Fatalf("%d requests (%d written), want %d", obs[0].Requests, len(at), attempts)
+	}
+	for i := 1; i < len(at); i++ {
+		if gap := at[i].Sub(at[i-1]); gap < window/attempts {
+			t.Errorf("requests %d and %d are %v apart, want at least %v", i-1, i, gap, window/attempts)
+		}
+	}
+	if last := at[len(at)-1].Sub(at[0]); last >= window {
+		t.Errorf("last request %v after the first, outside the %v window", last, window)
+	}
+	if took < window {
+		t.Errorf("round took %v, less than the %v window", took, window)
+	}
+}
+
+// TestProberReplyToLateRetryAfterWindow: a reply that arrives after the
+// IP's window closed does not count, even when it answers a retry.
+func TestProberReplyToLateRetryAfterWindow(t *testing.T) {
+	a := mustMAC(t, "52:54:00:00:00:0a")
+	// The first two requests are lost; the third (sent at 2/3 of the
+	// window) is answered half a window later, after the window closed.
+	c := newFakeConn(segment(t, &responder{mac: a, ips: []netip.Addr{ip("10.0.0.9")}, skip: 2, delay: 150 * time.Millisecond}))
+	p := newTestProber(t, c, 300*time.Millisecond, 3)
+	obs, err := p.Probe(context.Background(), []netip.Addr{ip("10.0.0.9")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string][]string{"10.0.0.9": {}}, macsOf(obs)); diff != "" {
+		t.Errorf("responders (-want +got):\n%s", diff)
 	}
 }

@@ -81,8 +81,9 @@ func applyManifest(ctx context.Context, cfg *rest.Config, path string) (int, err
 }
 
 // createNode registers the guest as a Node the way kubelet would: its
-// address and a Ready condition (which ipvs-guard must never touch).
-func createNode(ctx context.Context, cs kubernetes.Interface, name, ip string) error {
+// addresses (one InternalIP per family on a dual-stack node) and a Ready
+// condition (which ipvs-guard must never touch).
+func createNode(ctx context.Context, cs kubernetes.Interface, name string, ips ...string) error {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 		"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
 	}}}
@@ -91,7 +92,10 @@ func createNode(ctx context.Context, cs kubernetes.Interface, name, ip string) e
 		return fmt.Errorf("creating node %s: %w", name, err)
 	}
 	now := metav1.Now()
-	created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}, {Type: corev1.NodeHostName, Address: name}}
+	for _, ip := range ips {
+		created.Status.Addresses = append(created.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
+	}
+	created.Status.Addresses = append(created.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: name})
 	created.Status.Conditions = []corev1.NodeCondition{{
 		Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
 		Message: "kubelet is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now,
@@ -102,17 +106,23 @@ func createNode(ctx context.Context, cs kubernetes.Interface, name, ip string) e
 	return nil
 }
 
-// service describes one Service of the scenario and its ready endpoint.
+// service describes one Service of the scenario and its ready endpoints.
 type service struct {
 	name      string
 	typ       corev1.ServiceType
 	clusterIP string
 	port      int32
-	lbIP      string // LoadBalancer ingress IP (what MetalLB would assign)
+	lbIP      string // LoadBalancer ingress IP (what MetalLB would assign), IPv4 or IPv6
 	endpoint  string // a ready pod IP behind it
+	// clusterIP6 and endpoint6, when set, make the Service RequireDualStack
+	// (IPv4 primary) with an IPv6 ClusterIP and a ready IPv6 endpoint in an
+	// EndpointSlice of its own, as the EndpointSlice controller makes one
+	// per address type.
+	clusterIP6 string
+	endpoint6  string
 }
 
-// createService creates the Service, its EndpointSlice (no controller
+// createService creates the Service, its EndpointSlices (no controller
 // manager runs here) and, for a LoadBalancer, the ingress IP in its status.
 func createService(ctx context.Context, cs kubernetes.Interface, ns string, s service) error {
 	svc := &corev1.Service{
@@ -123,6 +133,11 @@ func createService(ctx context.Context, cs kubernetes.Interface, ns string, s se
 			Selector:  map[string]string{"app": s.name},
 			Ports:     []corev1.ServicePort{{Name: "http", Port: s.port, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}},
 		},
+	}
+	if s.clusterIP6 != "" {
+		svc.Spec.ClusterIPs = []string{s.clusterIP, s.clusterIP6}
+		svc.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyRequireDualStack)
+		svc.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
 	}
 	if s.typ == corev1.ServiceTypeLoadBalancer {
 		svc.Spec.AllocateLoadBalancerNodePorts = ptr.To(false)
@@ -137,19 +152,41 @@ func createService(ctx context.Context, cs kubernetes.Interface, ns string, s se
 			return fmt.Errorf("setting the ingress IP of %s: %w", s.name, err)
 		}
 	}
-	eps := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: s.name + "-e2e", Namespace: ns, Labels: map[string]string{
-			discoveryv1.LabelServiceName: s.name, discoveryv1.LabelManagedBy: "e2e",
+	epss := []*discoveryv1.EndpointSlice{endpointSlice(ns, s.name, s.name+"-e2e", discoveryv1.AddressTypeIPv4, s.endpoint)}
+	if s.endpoint6 != "" {
+		epss = append(epss, endpointSlice(ns, s.name, s.name+"-e2e-v6", discoveryv1.AddressTypeIPv6, s.endpoint6))
+	}
+	for _, eps := range epss {
+		if _, err := cs.DiscoveryV1().EndpointSlices(ns).Create(ctx, eps, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating endpointslice %s of %s: %w", eps.Name, s.name, err)
+		}
+	}
+	return nil
+}
+
+// endpointSlice is the EndpointSlice of service with one ready endpoint.
+func endpointSlice(ns, service, name string, typ discoveryv1.AddressType, ip string) *discoveryv1.EndpointSlice {
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{
+			discoveryv1.LabelServiceName: service, discoveryv1.LabelManagedBy: "e2e",
 		}},
-		AddressType: discoveryv1.AddressTypeIPv4,
+		AddressType: typ,
 		Endpoints: []discoveryv1.Endpoint{{
-			Addresses:  []string{s.endpoint},
+			Addresses:  []string{ip},
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
 		}},
 		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(8080)), Protocol: ptr.To(corev1.ProtocolTCP)}},
 	}
-	if _, err := cs.DiscoveryV1().EndpointSlices(ns).Create(ctx, eps, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("creating endpointslice of %s: %w", s.name, err)
+}
+
+// deleteService deletes the Service and the EndpointSlices createService made for it.
+func deleteService(ctx context.Context, cs kubernetes.Interface, ns, name string) error {
+	if err := cs.CoreV1().Services(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("deleting service %s: %w", name, err)
+	}
+	sel := discoveryv1.LabelServiceName + "=" + name + "," + discoveryv1.LabelManagedBy + "=e2e"
+	if err := cs.DiscoveryV1().EndpointSlices(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel}); err != nil {
+		return fmt.Errorf("deleting the endpointslices of %s: %w", name, err)
 	}
 	return nil
 }

@@ -23,20 +23,31 @@ import (
 
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
 )
 
-// The scenario's cluster. The guest is 10.0.2.15 on QEMU's user network,
-// where 10.0.2.2 is the host; QEMU answers ARP only for its own addresses,
-// so a LoadBalancer IP on that segment is one nobody answers.
+// The scenario's cluster, dual-stack with IPv4 primary. The guest is
+// 10.0.2.15 and fec0::15 on QEMU's user network, where 10.0.2.2 is the
+// host; QEMU answers ARP and neighbour solicitations only for its own
+// addresses (10.0.2.2, 10.0.2.3, fec0::2, fec0::3), so a LoadBalancer IP on
+// that segment is one nobody answers.
 const (
 	nodeName      = "guest"
 	nodeIP        = "10.0.2.15"
+	nodeIP6       = "fec0::15"
 	hostFromGuest = "10.0.2.2"
 	webClusterIP  = "10.96.0.50"
 	shopClusterIP = "10.96.0.60"
 	silentLBIP    = "10.0.2.100"
-	agentNS       = "ipvs-guard"
-	agentDS       = "ipvs-guard"
+	// The dual-stack LoadBalancer of scenario 6: IPv6 ingress only.
+	cartClusterIP  = "10.96.0.70"
+	cartClusterIP6 = "fd00:10:96::70"
+	silentLBIP6    = "fec0::100"
+	// clusterCIDRs are the cluster's Pod ranges, one per family (the
+	// Service ranges are apiservertest.DualStackServiceCIDR).
+	clusterCIDRs = "10.244.0.0/16,fd00:10:244::/64"
+	agentNS      = "ipvs-guard"
+	agentDS      = "ipvs-guard"
 	// resync is the agent's --resync-period here (the chart's default is 1m):
 	// kernel state such as a sysctl kube-proxy flips has no watch.
 	resync = "10s"
@@ -53,6 +64,7 @@ type e2e struct {
 	tl      *timeline
 	metrics string
 
+	step    string         // the scenario step running, named when the run fails
 	agent   agentContainer // the shipped DaemonSet's container
 	kpFlags []string
 	figures []string
@@ -68,8 +80,8 @@ func TestE2E(t *testing.T) {
 	e := &e2e{t: t, ctx: ctx, g: newGuest(guestURL), tl: newTimeline(os.Stdout), metrics: metricsURL}
 	t.Cleanup(e.finish)
 
-	e.tl.heading("Setting up: a real kube-apiserver %s + etcd on the host, the node \"guest\" in QEMU", apiservertest.KubeVersion)
-	srv := apiservertest.Start(t, apiservertest.Options{})
+	e.begin("Setting up: a real kube-apiserver %s + etcd on the host, the node \"guest\" in QEMU", apiservertest.KubeVersion)
+	srv := apiservertest.Start(t, apiservertest.Options{ServiceCIDR: apiservertest.DualStackServiceCIDR})
 	cs, err := kubernetes.NewForConfig(srv.AdminConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -83,6 +95,8 @@ func TestE2E(t *testing.T) {
 	e.scenarioSilentLoadBalancer()
 	e.scenarioStrictARPOn()
 	e.scenarioServiceGone()
+	e.scenarioSilentIPv6LoadBalancer()
+	e.scenarioIPv6ServiceGone()
 	e.stopAgent()
 }
 
@@ -95,10 +109,10 @@ func (e *e2e) setupCluster(srv *apiservertest.Server) {
 		t.Fatal(err)
 	}
 	e.tl.say("applied deploy/manifests/ipvs-guard.yaml: %d objects (namespace, ServiceAccount, RBAC, admission policy, DaemonSet, …)", n)
-	if err := createNode(ctx, e.cs, nodeName, nodeIP); err != nil {
+	if err := createNode(ctx, e.cs, nodeName, nodeIP, nodeIP6); err != nil {
 		t.Fatal(err)
 	}
-	e.tl.say("registered Node %q (%s, Ready) as its kubelet would", nodeName, nodeIP)
+	e.tl.say("registered Node %q (%s and %s, Ready) as its kubelet would", nodeName, nodeIP, nodeIP6)
 	web := service{name: "web", typ: corev1.ServiceTypeClusterIP, clusterIP: webClusterIP, port: 80, endpoint: "10.244.0.10"}
 	if err := createService(ctx, e.cs, "default", web); err != nil {
 		t.Fatal(err)
@@ -143,8 +157,11 @@ func (e *e2e) setupCluster(srv *apiservertest.Server) {
 		t.Fatal(err)
 	}
 	e.g.run(ctx, t, fmt.Sprintf("cat >/run/e2e/agent.kubeconfig <<'EOF'\n%s\nEOF\ncat >/run/e2e/kube-proxy.kubeconfig <<'EOF'\n%s\nEOF\n", agentKC, kpKC))
+	// The node's IPv6 address, static as on a server (nodad: QEMU's network
+	// holds no other host that could have it).
+	e.g.run(ctx, t, `/usr/sbin/ip -6 addr add `+nodeIP6+`/64 dev eth0 nodad && /usr/sbin/ip -6 addr show dev eth0 | grep -qF "inet6 `+nodeIP6+`/64"`)
 	up := e.g.run(ctx, t, `echo "$(uname -r) $(uptime_s)"`)
-	e.tl.say("guest node is up: Debian kernel %s", strings.Fields(up)[0])
+	e.tl.say("guest node is up: Debian kernel %s, eth0 %s/24 and %s/64", strings.Fields(up)[0], nodeIP, nodeIP6)
 }
 
 // scenarioModules: scheduler lc with ip_vs_lc missing → IPVSModulesMissing
@@ -152,7 +169,7 @@ func (e *e2e) setupCluster(srv *apiservertest.Server) {
 // Normal Event.
 func (e *e2e) scenarioModules() {
 	t, ctx := e.t, e.ctx
-	e.tl.heading("1. kube-proxy wants the lc scheduler; ip_vs_lc is not loaded")
+	e.begin("1. kube-proxy wants the lc scheduler; ip_vs_lc is not loaded")
 	e.g.run(ctx, t, `/usr/libexec/kmod/modprobe -a ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh nf_conntrack &&
 printf 'ip_vs\nip_vs_rr\nip_vs_wrr\nip_vs_sh\nnf_conntrack\n' >/etc/modules-load.d/ipvs.conf`)
 	e.tl.say("the node's admin loaded ip_vs, ip_vs_rr, ip_vs_wrr, ip_vs_sh and nf_conntrack by hand and listed them in /etc/modules-load.d/ipvs.conf")
@@ -174,7 +191,7 @@ printf 'ip_vs\nip_vs_rr\nip_vs_wrr\nip_vs_sh\nnf_conntrack\n' >/etc/modules-load
 	e.tl.say("report-only: nothing loaded, nothing written")
 	e.stopAgentTimed("report-only agent")
 
-	e.tl.heading("2. Remediation on (the chart's default: remediation.enabled=true)")
+	e.begin("2. Remediation on (the chart's default: remediation.enabled=true)")
 	e.startAgent(true)
 	e.waitCondition("IPVSModulesMissing", corev1.ConditionFalse, "")
 	e.waitEvents("IPVSModulesMissing", map[string]int{"Warning": 1, "Normal": 1})
@@ -194,7 +211,11 @@ func (e *e2e) scenarioKubeProxyUp() {
 		t.Errorf("kube-proxy /proxyMode = %q, want ipvs", mode)
 	}
 	starts := strings.TrimSpace(e.g.run(ctx, t, `kp_starts`))
-	e.tl.say("kube-proxy (start #%s) runs: /proxyMode=%s, IPVS table programmed %ss after it started", starts, mode, secs)
+	stack := strings.TrimSpace(e.g.run(ctx, t, `grep -c "kube-proxy running in dual-stack mode" /run/e2e/kube-proxy.log || true`))
+	if stack == "0" {
+		t.Errorf("kube-proxy does not run dual-stack; its log:\n%s", e.guestLog("kube-proxy", 40))
+	}
+	e.tl.say("kube-proxy (start #%s) runs dual-stack: /proxyMode=%s, IPVS table programmed %ss after it started", starts, mode, secs)
 	e.figures = append(e.figures, fmt.Sprintf("kube-proxy start → programmed IPVS table: %ss (start #%s)", secs, starts))
 	e.tl.detail("%s", e.g.run(ctx, t, `ipvsadm -Ln | sed -n '3,$p'`))
 }
@@ -203,7 +224,7 @@ func (e *e2e) scenarioKubeProxyUp() {
 // kube-ipvs0 with strict ARP off → StrictARPDisabled and LoadBalancerARPFailing.
 func (e *e2e) scenarioSilentLoadBalancer() {
 	t, ctx := e.t, e.ctx
-	e.tl.heading("3. A LoadBalancer IP that nobody answers, and strict ARP off")
+	e.begin("3. A LoadBalancer IP that nobody answers, and strict ARP off")
 	shop := service{name: "shop", typ: corev1.ServiceTypeLoadBalancer, clusterIP: shopClusterIP, port: 80, lbIP: silentLBIP, endpoint: "10.244.0.11"}
 	if err := createService(ctx, e.cs, "default", shop); err != nil {
 		t.Fatal(err)
@@ -229,7 +250,7 @@ func (e *e2e) scenarioSilentLoadBalancer() {
 // sysctls → StrictARPDisabled False + one Normal Event.
 func (e *e2e) scenarioStrictARPOn() {
 	t, ctx := e.t, e.ctx
-	e.tl.heading("4. The fix for strict ARP: kube-proxy --ipvs-strict-arp=true")
+	e.begin("4. The fix for strict ARP: kube-proxy --ipvs-strict-arp=true")
 	e.g.run(ctx, t, `kp_stop`)
 	e.startKubeProxy(true)
 	e.waitGuest(120*time.Second, `[ "$(cat /proc/sys/net/ipv4/conf/all/arp_ignore)" = 1 ] && [ "$(cat /proc/sys/net/ipv4/conf/all/arp_announce)" = 2 ]`)
@@ -242,11 +263,8 @@ func (e *e2e) scenarioStrictARPOn() {
 // /metrics and LoadBalancerARPFailing goes False.
 func (e *e2e) scenarioServiceGone() {
 	t, ctx := e.t, e.ctx
-	e.tl.heading("5. The LoadBalancer Service is deleted")
-	if err := e.cs.CoreV1().Services("default").Delete(ctx, "shop", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.cs.DiscoveryV1().EndpointSlices("default").Delete(ctx, "shop-e2e", metav1.DeleteOptions{}); err != nil {
+	e.begin("5. The LoadBalancer Service is deleted")
+	if err := deleteService(ctx, e.cs, "default", "shop"); err != nil {
 		t.Fatal(err)
 	}
 	e.tl.say("deleted default/shop")
@@ -262,15 +280,105 @@ func (e *e2e) scenarioServiceGone() {
 	e.tl.say("/metrics no longer has any series for %s", silentLBIP)
 }
 
+// scenarioSilentIPv6LoadBalancer: a dual-stack LoadBalancer whose ingress
+// IP is an IPv6 address nobody answers. kube-proxy (dual-stack) binds it to
+// kube-ipvs0 and programs a v6 virtual server; the agent probes it with
+// neighbour solicitations (LoadBalancerARPFailing, NDP, family ipv6), finds
+// the v6 table complete, and leaves the IPv6 VIP out of the ARP sysctls: with
+// arp_ignore/arp_announce back at 0/0 and only an IPv6 LoadBalancer IP on
+// kube-ipvs0, StrictARPDisabled stays False.
+func (e *e2e) scenarioSilentIPv6LoadBalancer() {
+	t, ctx := e.t, e.ctx
+	e.begin("6. A dual-stack LoadBalancer whose IPv6 ingress IP nobody answers")
+	cart := service{
+		name: "cart", typ: corev1.ServiceTypeLoadBalancer, clusterIP: cartClusterIP, clusterIP6: cartClusterIP6,
+		port: 80, lbIP: silentLBIP6, endpoint: "10.244.0.12", endpoint6: "fd00:10:244::12",
+	}
+	created := time.Now()
+	if err := createService(ctx, e.cs, "default", cart); err != nil {
+		t.Fatalf("step 6, creating the dual-stack Service: %v", err)
+	}
+	e.tl.say("created LoadBalancer default/cart (ipFamilyPolicy RequireDualStack: ClusterIPs %s and %s) with IPv6 ingress IP %s and a ready endpoint per family", cartClusterIP, cartClusterIP6, silentLBIP6)
+
+	// kube-proxy now syncs both families; under TCG on a loaded host it took
+	// 80 s here. 170 s stays within the control endpoint's 3-minute answer.
+	out, code, err := e.g.exec(ctx, `kp_wait_table 170 `+cartClusterIP+` `+cartClusterIP6+` `+silentLBIP6)
+	if err != nil || code != 0 {
+		t.Fatalf("step 6, kube-proxy programming the IPv6 VIPs: exit %d, %v:\n%s", code, err, out)
+	}
+	vs := e.g.run(ctx, t, `ipvsadm -Ln -t '[`+silentLBIP6+`]:80' && /usr/sbin/ip -6 -o addr show dev kube-ipvs0 | grep -F "inet6 `+silentLBIP6+`/"`)
+	if !strings.Contains(vs, "[fd00:10:244::12]:8080") {
+		t.Errorf("step 6: the IPv6 virtual server [%s]:80 has no real server [fd00:10:244::12]:8080:\n%s", silentLBIP6, vs)
+	}
+	e.tl.say("kube-proxy bound %s to kube-ipvs0 and programmed the IPv6 virtual server:", silentLBIP6)
+	e.tl.detail("%s", strings.TrimSpace(vs))
+
+	c := e.waitCondition("LoadBalancerARPFailing", corev1.ConditionTrue, "ARPNoReply")
+	if !strings.Contains(c.Message, silentLBIP6) || !strings.Contains(c.Message, "NDP") {
+		t.Errorf("step 6: LoadBalancerARPFailing message does not name %s probed with NDP: %q", silentLBIP6, c.Message)
+	}
+	e.tl.say("LoadBalancerARPFailing=True (ARPNoReply): %s", c.Message)
+	e.waitEvents("LoadBalancerARPFailing", map[string]int{"Warning": 2, "Normal": 1})
+	e.waitMetric("ipvs_guard_arp_probe_result", map[string]string{"family": "ipv6", "ip": silentLBIP6, "result": "no-reply"}, 1)
+	e.tl.say("/metrics: ipvs_guard_arp_probe_result{family=\"ipv6\",ip=%q,result=\"no-reply\"} 1", silentLBIP6)
+
+	// The ipvs check compares the v6 virtual servers with the Service's v6
+	// VIPs. A missing one counts only once it has been missing for the
+	// settle time, so the verdict that matters is from a run started after
+	// that time has passed since the Service appeared and after kube-proxy
+	// programmed the v6 table.
+	if d := ipvscheck.DefaultSettle + 5*time.Second - time.Since(created); d > 0 {
+		time.Sleep(d)
+	}
+	e.waitNextRun("ipvs")
+	e.waitMetric("ipvs_guard_check_status", map[string]string{"check": "ipvs", "status": "ok"}, 1)
+	e.waitCondition("KubeProxyIPVSDegraded", corev1.ConditionFalse, "")
+	e.tl.say("ipvs check ok with the IPv6 virtual servers in the table; KubeProxyIPVSDegraded=False")
+
+	// arp_ignore/arp_announce are IPv4 settings and Linux never answers a
+	// solicitation for an address on kube-ipvs0: with strict ARP off and only
+	// an IPv6 LoadBalancer IP bound, arp-sysctls has nothing to judge.
+	e.g.run(ctx, t, `for k in arp_ignore arp_announce; do echo 0 >/proc/sys/net/ipv4/conf/all/$k; done`)
+	e.tl.say("set net.ipv4.conf.all.arp_ignore=0 and arp_announce=0 by hand (strict ARP off); kube-ipvs0 holds only the IPv6 LoadBalancer IP")
+	e.waitNextRun("arp-sysctls")
+	e.waitMetric("ipvs_guard_check_status", map[string]string{"check": "arp-sysctls", "status": "skipped"}, 1)
+	if c := e.condition("StrictARPDisabled"); c.Status != corev1.ConditionFalse {
+		t.Errorf("step 6: StrictARPDisabled=%s (%s) with only an IPv6 LoadBalancer IP on kube-ipvs0: %q", c.Status, c.Reason, c.Message)
+	}
+	e.tl.say("arp-sysctls skipped (no IPv4 LoadBalancer IP on kube-ipvs0); StrictARPDisabled stays False")
+	e.g.run(ctx, t, `echo 1 >/proc/sys/net/ipv4/conf/all/arp_ignore && echo 2 >/proc/sys/net/ipv4/conf/all/arp_announce`)
+}
+
+// scenarioIPv6ServiceGone: the dual-stack Service is deleted → its IPv6 IP
+// leaves /metrics and LoadBalancerARPFailing goes False.
+func (e *e2e) scenarioIPv6ServiceGone() {
+	t, ctx := e.t, e.ctx
+	e.begin("7. The dual-stack LoadBalancer Service is deleted")
+	if err := deleteService(ctx, e.cs, "default", "cart"); err != nil {
+		t.Fatalf("step 7: %v", err)
+	}
+	e.tl.say("deleted default/cart")
+	e.waitCondition("LoadBalancerARPFailing", corev1.ConditionFalse, "")
+	e.waitEvents("LoadBalancerARPFailing", map[string]int{"Warning": 2, "Normal": 2})
+	e.poll("the NDP series of "+silentLBIP6+" to vanish from /metrics", func() (bool, string) {
+		mfs, err := scrape(ctx, e.metrics)
+		if err != nil {
+			return false, err.Error()
+		}
+		return !hasSeries(mfs, "ipvs_guard_arp_probe_result", "ip", silentLBIP6), "still there"
+	})
+	e.tl.say("LoadBalancerARPFailing=False; /metrics no longer has any series for %s", silentLBIP6)
+}
+
 // stopAgent checks the end state and stops the agent.
 func (e *e2e) stopAgent() {
 	t, ctx := e.t, e.ctx
-	e.tl.heading("The end")
+	e.begin("The end")
 	// Exactly one Event per transition over the whole run.
 	e.waitEvents("IPVSModulesMissing", map[string]int{"Warning": 1, "Normal": 1})
 	e.waitEvents("StrictARPDisabled", map[string]int{"Warning": 1, "Normal": 1})
-	e.waitEvents("LoadBalancerARPFailing", map[string]int{"Warning": 1, "Normal": 1})
-	e.tl.say("one Event per transition: IPVSModulesMissing, StrictARPDisabled and LoadBalancerARPFailing each have exactly one Warning and one Normal Event")
+	e.waitEvents("LoadBalancerARPFailing", map[string]int{"Warning": 2, "Normal": 2})
+	e.tl.say("one Event per transition: IPVSModulesMissing and StrictARPDisabled each have exactly one Warning and one Normal Event, LoadBalancerARPFailing two of each (IPv4, then IPv6)")
 	n, err := e.cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -299,10 +407,10 @@ func (e *e2e) startKubeProxy(strictARP bool) {
 	e.kpFlags = []string{
 		"--kubeconfig=/run/e2e/kube-proxy.kubeconfig", "--proxy-mode=ipvs", "--ipvs-scheduler=lc",
 		"--hostname-override=" + nodeName, "--metrics-bind-address=127.0.0.1:10249",
-		"--ipvs-strict-arp=" + strconv.FormatBool(strictARP), "--v=1",
+		"--ipvs-strict-arp=" + strconv.FormatBool(strictARP), "--cluster-cidr=" + clusterCIDRs, "--v=1",
 	}
 	e.g.run(e.ctx, e.t, `kp_start `+strings.Join(e.kpFlags, " "))
-	e.tl.say("kube-proxy v1.37.1 started: %s", strings.Join(e.kpFlags[1:6], " "))
+	e.tl.say("kube-proxy v1.37.1 started: %s", strings.Join(e.kpFlags[1:7], " "))
 }
 
 // capBits are the capability numbers (linux/capability.h) the agent may hold.
@@ -405,6 +513,56 @@ func (e *e2e) waitCondition(condType string, status corev1.ConditionStatus, reas
 		return false, "condition absent"
 	})
 	return found
+}
+
+// begin starts a scenario step: its heading in the timeline, and its name
+// in the failure report.
+func (e *e2e) begin(format string, args ...any) {
+	e.step = fmt.Sprintf(format, args...)
+	e.tl.heading("%s", e.step)
+}
+
+// condition returns the Node's condition of condType (zero when absent).
+func (e *e2e) condition(condType string) corev1.NodeCondition {
+	e.t.Helper()
+	n, err := e.cs.CoreV1().Nodes().Get(e.ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, c := range n.Status.Conditions {
+		if string(c.Type) == condType {
+			return c
+		}
+	}
+	return corev1.NodeCondition{}
+}
+
+// waitNextRun waits until the agent has finished a run of check that
+// started after this call (ipvs_guard_reconcile_total grew by two: the run
+// in progress, if any, and a whole one after it).
+func (e *e2e) waitNextRun(check string) {
+	e.t.Helper()
+	runs := func() (float64, string) {
+		mfs, err := scrape(e.ctx, e.metrics)
+		if err != nil {
+			return -1, err.Error()
+		}
+		v, ok := sample(mfs, "ipvs_guard_reconcile_total", map[string]string{"check": check})
+		if !ok {
+			return -1, "no such series"
+		}
+		return v, fmt.Sprintf("%v runs", v)
+	}
+	var start float64
+	e.poll("a first scrape of the "+check+" runs", func() (bool, string) {
+		v, state := runs()
+		start = v
+		return v >= 0, state
+	})
+	e.poll(fmt.Sprintf("two more runs of %s (after %v)", check, start), func() (bool, string) {
+		v, state := runs()
+		return v >= start+2, state
+	})
 }
 
 // waitEvents waits until ipvs-guard's Events for action (a condition type)
@@ -514,6 +672,9 @@ func (e *e2e) finish() {
 				_ = os.WriteFile(filepath.Join(dir, name+".log"), []byte(out), 0o644)
 			}
 		}
+	}
+	if e.t.Failed() {
+		e.t.Logf("FAILED in step %q", e.step)
 	}
 	if e.t.Failed() && len(e.figures) > 0 {
 		e.t.Logf("figures so far: %s", strings.Join(e.figures, "; "))
