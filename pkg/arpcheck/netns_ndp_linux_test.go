@@ -180,6 +180,18 @@ func TestNetNSTopologyIPv6(t *testing.T) {
 		}
 	}
 
+	// The prober holds an IPv6 VIP on its own kube-ipvs0-like device, brought
+	// up by hand: the kernel adds a main-table host route through it, which
+	// must not be where the solicitation goes (nobody answers there).
+	tp.vipDevice(prober, "kube-ipvs0")
+	tp.run("ip", "-n", prober, "addr", "add", "fd00:77::11/128", "dev", "kube-ipvs0")
+	tp.run("ip", "-n", prober, "link", "set", "kube-ipvs0", "up")
+	own := Target{IP: netip.MustParseAddr("fd00:77::11")}
+	res, byIP = runCheck(t, prober, own)
+	if f := byIP["fd00:77::11"]; f.Interface != "eth0" || f.Result != ResultAnswered || fmt.Sprint(f.MACs) != fmt.Sprint([]string{mac1}) {
+		t.Errorf("IPv6 VIP also on the prober's kube-ipvs0 (up): %s on %q by %v, want answered on eth0 by %s (%s)", f.Result, f.Interface, f.MACs, mac1, res.Message)
+	}
+
 	// With a route but no IPv6 address to solicit from (MetalLB's speaker
 	// ignores solicitations from ::), IPv6 IPs are reported as not probed
 	// rather than as silent.

@@ -147,8 +147,14 @@ func mainTableMatch(nh *netlink.Handle, ip netip.Addr, link netlink.Link) (*netl
 	}
 	var best *netlink.Route
 	bestLen := -1
+	resolves := map[int]bool{} // link index → up and does ARP/NDP
 	for i := range routes {
 		r := &routes[i]
+		if link == nil && !linkResolves(nh, r.LinkIndex, resolves) {
+			// An address on kube-ipvs0 gets a main-table host route (IPv6)
+			// once someone brings the dummy up; nobody answers there.
+			continue
+		}
 		plen := 0
 		if r.Dst != nil {
 			pfx, ok := prefixOf(r.Dst)
@@ -165,6 +171,23 @@ func mainTableMatch(nh *netlink.Handle, ip netip.Addr, link netlink.Link) (*netl
 		return nil, fmt.Errorf("no route to %s", ip)
 	}
 	return best, nil
+}
+
+// linkResolves reports whether the link with index idx is up and resolves
+// neighbours (no IFF_NOARP, which dummy and ifb devices carry), memoized in
+// seen. A link that cannot be read counts as resolving: the lookup that
+// follows reports its error.
+func linkResolves(nh *netlink.Handle, idx int, seen map[int]bool) bool {
+	if ok, found := seen[idx]; found {
+		return ok
+	}
+	ok := true
+	if l, err := nh.LinkByIndex(idx); err == nil {
+		f := l.Attrs().RawFlags
+		ok = f&unix.IFF_UP != 0 && f&unix.IFF_NOARP == 0
+	}
+	seen[idx] = ok
+	return ok
 }
 
 func prefixOf(n *net.IPNet) (netip.Prefix, bool) {
