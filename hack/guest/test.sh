@@ -2,10 +2,11 @@
 # SPDX-License-Identifier: Apache-2.0
 # `make test-guest`: builds every package's guest-tagged tests, packs them with
 # ipvs-guard into one initramfs and boots the Debian kernel once under QEMU.
-# Exit code: the guest's (0 all passed, 1 a package failed), 3 the guest crashed
-# or timed out. Knobs: GUEST_PKGS="./pkg/x ./cmd/y", GUEST_RUN=<-test.run regex>,
-# GUEST_TIMEOUT (s), GUEST_NET=1, GUEST_MANIFESTS, GUEST_EXTRA_MODULES,
-# GUEST_EXTRA_BINS (see hack/guest/README.md).
+# guestctl's exit code: the guest's (0 all passed, 1 a package failed), 3 the
+# guest crashed or timed out, 2 the guest could not be prepared. Knobs:
+# GUEST_PKGS="./pkg/x ./cmd/y", GUEST_RUN=<-test.run regex>, GUEST_TIMEOUT (s),
+# GUEST_NET=1, GUEST_MANIFESTS, GUEST_EXTRA_MODULES, GUEST_EXTRA_BINS
+# (see hack/guest/README.md).
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 
@@ -19,6 +20,7 @@ rc=0
 guestctl test -name test -save-console "$console" || rc=$?
 case $rc in
 0) log "guest tier passed" ;;
+2) die "guest tier: preparing the guest failed (see above)" ;;
 3) die "guest tier: the guest crashed or timed out (console: $console)" ;;
 *) die "guest tier: tests failed in the guest (exit $rc; console: $console)" ;;
 esac

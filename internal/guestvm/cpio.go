@@ -79,7 +79,7 @@ func (c *cpioWriter) close() error {
 
 // writeCpio writes the tree under dir to out as a newc cpio archive owned by
 // root, entries sorted by path (the same tree gives the same order), names
-// relative ("./usr/bin/…"), symbolic links kept as links.
+// relative ("usr/bin/…", as GNU cpio writes them), symbolic links kept as links.
 func writeCpio(dir, out string) error {
 	var names []string
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -103,7 +103,7 @@ func writeCpio(dir, out string) error {
 	defer f.Close()
 	c := newCpioWriter(f)
 	for _, rel := range names {
-		if err := c.add(filepath.Join(dir, rel), "./"+rel); err != nil {
+		if err := c.add(filepath.Join(dir, rel), rel); err != nil {
 			return err
 		}
 	}

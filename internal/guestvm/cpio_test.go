@@ -81,14 +81,14 @@ func TestPack(t *testing.T) {
 	}
 	payload := tree("payload", map[string]string{"init": "#!/bin/sh\n", "guest/main": "main"}, nil)
 	want := map[string]cpioEntry{
-		"./usr":             {Mode: cpioDir | 0o755},
-		"./usr/bin":         {Mode: cpioDir | 0o755},
-		"./usr/bin/busybox": {Mode: cpioRegular | 0o755, Body: "bb"},
-		"./bin":             {Mode: cpioSymlink | 0o777, Body: "usr/bin"},
-		"./odd":             {Mode: cpioRegular | 0o755, Body: "12345"},
-		"./init":            {Mode: cpioRegular | 0o755, Body: "#!/bin/sh\n"},
-		"./guest":           {Mode: cpioDir | 0o755},
-		"./guest/main":      {Mode: cpioRegular | 0o755, Body: "main"},
+		"usr":             {Mode: cpioDir | 0o755},
+		"usr/bin":         {Mode: cpioDir | 0o755},
+		"usr/bin/busybox": {Mode: cpioRegular | 0o755, Body: "bb"},
+		"bin":             {Mode: cpioSymlink | 0o777, Body: "usr/bin"},
+		"odd":             {Mode: cpioRegular | 0o755, Body: "12345"},
+		"init":            {Mode: cpioRegular | 0o755, Body: "#!/bin/sh\n"},
+		"guest":           {Mode: cpioDir | 0o755},
+		"guest/main":      {Mode: cpioRegular | 0o755, Body: "main"},
 	}
 	for _, compress := range []bool{false, true} {
 		t.Run(fmt.Sprintf("gzip=%v", compress), func(t *testing.T) {
