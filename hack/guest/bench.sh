@@ -4,10 +4,12 @@
 # prints, for the module-loading benchmark, ipvs-guard's time against kmod's
 # `modprobe -a` of the same set (ratio; target <= 1.0).
 # Knobs: GUEST_BENCHTIME (default 10x: iterations per round), GUEST_BENCH_COUNT
-# (rounds, default 1), GUEST_BENCH=<regex of benchmark functions>.
+# (rounds, default 1), GUEST_BENCH=<regex of benchmark functions>, GUEST_TIMEOUT
+# (default 1800 s: the 10,000-virtual-server benchmark of bench-ipvs runs here too).
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 
+export GUEST_TIMEOUT=${GUEST_TIMEOUT:-1800}
 guest_prepare
 guest_build_ipvs_guard
 console=$CACHE_DIR/guest/runs/bench-guest.console.log
