@@ -7,26 +7,17 @@
 # ipvs check against 10,000 Services, CPU per run and millicores at 1/min.
 # Knobs: GUEST_BENCHTIME (default 5x), GUEST_BENCH_COUNT (rounds, default 1).
 source "$(dirname "$0")/guest/lib.sh"
-source "$GUEST_DIR/tests.sh"
 cd "$REPO_ROOT"
 
 export GUEST_PKGS=./pkg/ipvs GUEST_BENCH=BenchmarkGuestIPVSInspection
 export GUEST_BENCHTIME=${GUEST_BENCHTIME:-5x}
-export GUEST_MEMORY=${GUEST_MEMORY:-2G}
+export GUEST_MEMORY=${GUEST_MEMORY:-2G} GUEST_TIMEOUT=${GUEST_TIMEOUT:-1800}
 guest_prepare
 guest_build_ipvs_guard
-run=$CACHE_DIR/guest/runs/bench-ipvs-$$
-mkdir -p "$run"
-trap 'rm -rf "$run"' EXIT
-stage=$(guest_stage_payload "$run" "$GUEST_DIR/run-tests.sh")
-guest_stage_tests "$stage" bench
-for a in "$stage"/guest/tests/*/args; do
-	echo "-test.count=${GUEST_BENCH_COUNT:-1}" >>"$a"
-	echo "-test.timeout=30m" >>"$a"
-done
-initrd=$(guest_pack "$GUEST_BASE" "$run")
+console=$CACHE_DIR/guest/runs/bench-ipvs.console.log
 rc=0
-GUEST_TIMEOUT=${GUEST_TIMEOUT:-1800} guest_boot "$GUEST_KERNEL" "$initrd" "$run" || rc=$?
+guestctl test -bench -name bench-ipvs -save-console "$console" \
+	-test-arg "-test.count=${GUEST_BENCH_COUNT:-1}" -test-arg -test.timeout=30m || rc=$?
 [ "$rc" = 0 ] || die "guest benchmark failed (exit $rc)"
 
 awk '
@@ -46,4 +37,4 @@ END {
 	printf "    => at the default 1-minute resync: %.2f millicores (TCG guest: an upper bound)\n", v("resync-cpu-ms/op") / 60
 	printf "  ratio diagnose / ipvsadm -Ln                        %9.2f (target <= 1.0)\n", v("ratio-diagnose/ipvsadm")
 	printf "  ratio table read / ipvsadm -Ln                      %9.2f\n", v("ratio-table/ipvsadm")
-}' <(tr -d '\r' <"$run/console.log")
+}' "$console"

@@ -65,8 +65,10 @@ hack/apiserver/install.sh etcd kube-apiserver kube-proxy
 log "e2e: components ready after $((SECONDS - start))s"
 KUBE_PROXY=$CACHE_DIR/kube-proxy/$K8S_VERSION/kube-proxy
 
-GUEST_MANIFESTS="hack/e2e/guest.manifest" guest_prepare
+guest_prepare -manifest hack/e2e/guest.manifest
 guest_build_ipvs_guard
+GUEST_KVER=$(guest_kernel_version)
+guestctl base -manifest hack/e2e/guest.manifest >/dev/null
 log "e2e: guest image and ipvs-guard ready after $((SECONDS - start))s"
 
 run=$CACHE_DIR/guest/runs/e2e-$$
@@ -83,20 +85,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-stage=$(guest_stage_payload "$run" hack/e2e/guest-main.sh)
-install -m 0755 "$KUBE_PROXY" "$stage/usr/local/bin/kube-proxy"
-install -m 0644 hack/e2e/e2e-lib.sh "$stage/guest/e2e-lib.sh"
-initrd=$(guest_pack "$GUEST_BASE" "$run")
-
 ctl_port=$(free_port)
 metrics_port=$(free_port)
 # The agent serves /metrics on the DaemonSet's port, 9473.
 fwd="hostfwd=tcp:127.0.0.1:$ctl_port-:8000,hostfwd=tcp:127.0.0.1:$metrics_port-:9473"
 say "booting the guest node (Debian kernel $GUEST_KVER under QEMU; console log $CACHE_DIR/guest/runs/e2e-last/console.log)"
 # Its own session, so that it can be stopped as a whole if the test dies.
-setsid env GUEST_NET=1 GUEST_NET_HOSTFWD="$fwd" GUEST_QUIET=1 GUEST_MEMORY="${GUEST_MEMORY:-1536M}" \
-	GUEST_TIMEOUT="${GUEST_TIMEOUT:-1200}" bash -c 'source hack/guest/lib.sh; guest_boot "$@"' boot \
-	"$GUEST_KERNEL" "$initrd" "$run" 2>"$run/boot.log" &
+setsid bin/guestctl run -name e2e -dir "$run" -manifest hack/e2e/guest.manifest -main hack/e2e/guest-main.sh \
+	-file "$KUBE_PROXY:/usr/local/bin/kube-proxy" -file hack/e2e/e2e-lib.sh:/guest/e2e-lib.sh:0644 \
+	-net -hostfwd "$fwd" -quiet -memory "${GUEST_MEMORY:-1536M}" -timeout "${GUEST_TIMEOUT:-1200}s" 2>"$run/boot.log" &
 guest_pid=$!
 
 # Compiled while the guest boots.

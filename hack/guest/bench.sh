@@ -4,24 +4,17 @@
 # prints, for the module-loading benchmark, ipvs-guard's time against kmod's
 # `modprobe -a` of the same set (ratio; target <= 1.0).
 # Knobs: GUEST_BENCHTIME (default 10x: iterations per round), GUEST_BENCH_COUNT
-# (rounds, default 1), GUEST_BENCH=<regex of benchmark functions>.
+# (rounds, default 1), GUEST_BENCH=<regex of benchmark functions>, GUEST_TIMEOUT
+# (default 1800 s: the 10,000-virtual-server benchmark of bench-ipvs runs here too).
 source "$(dirname "$0")/lib.sh"
-source "$GUEST_DIR/tests.sh"
 cd "$REPO_ROOT"
 
+export GUEST_TIMEOUT=${GUEST_TIMEOUT:-1800}
 guest_prepare
 guest_build_ipvs_guard
-run=$CACHE_DIR/guest/runs/bench-$$
-mkdir -p "$run"
-trap 'rm -rf "$run"' EXIT
-stage=$(guest_stage_payload "$run" "$GUEST_DIR/run-tests.sh")
-guest_stage_tests "$stage" bench
-for a in "$stage"/guest/tests/*/args; do
-	echo "-test.count=${GUEST_BENCH_COUNT:-1}" >>"$a"
-done
-initrd=$(guest_pack "$GUEST_BASE" "$run")
+console=$CACHE_DIR/guest/runs/bench-guest.console.log
 rc=0
-guest_boot "$GUEST_KERNEL" "$initrd" "$run" || rc=$?
+guestctl test -bench -name bench -save-console "$console" -test-arg "-test.count=${GUEST_BENCH_COUNT:-1}" || rc=$?
 [ "$rc" = 0 ] || die "guest benchmarks failed (exit $rc)"
 export BENCHTIME=${GUEST_BENCHTIME:-10x}
 
@@ -45,4 +38,4 @@ END {
 	printf "  ipvs-guard version (bare process start)    %8.1f ms\n", v(b, "ipvs-guard-version-ms/op")
 	printf "  ratio ipvs-guard diagnose --fix / kmod     %8.2f (target <= 1.0)\n", v(b, "ratio-ipvs-guard/kmod")
 	printf "  ratio native loader / kmod                 %8.2f\n", v(b, "ratio-native-loader/kmod")
-}' <(tr -d '\r' <"$run/console.log")
+}' "$console"

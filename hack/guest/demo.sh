@@ -9,12 +9,5 @@ cd "$REPO_ROOT"
 log "preparing the guest kernel (first run: installs QEMU, downloads Debian's kernel; cached after)"
 guest_prepare
 guest_build_ipvs_guard
-run=$CACHE_DIR/guest/runs/demo-$$
-mkdir -p "$run"
-trap 'rm -rf "$run"' EXIT
-guest_stage_payload "$run" "$GUEST_DIR/demo-main.sh" >/dev/null
-initrd=$(guest_pack "$GUEST_BASE" "$run")
-log "booting Debian's kernel $GUEST_KVER under QEMU (about 20 s without KVM)"
-rc=0
-GUEST_CONSOLE_FILTER=1 guest_boot "$GUEST_KERNEL" "$initrd" "$run" || rc=$?
-exit "$rc"
+log "booting Debian's kernel $(guest_kernel_version) under QEMU (about 20 s without KVM)"
+guestctl run -name demo -main "$GUEST_DIR/demo-main.sh" -filter

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
+	"github.com/ipvs-guard/ipvs-guard/internal/guestvm"
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
 )
 
@@ -69,10 +70,10 @@ type VM struct {
 }
 
 // HostAddr is the host's 127.0.0.1 as the guest reaches it with Options.Net.
-const HostAddr = "10.0.2.2"
+const HostAddr = guestvm.HostAddr
 
 // GuestAddr is the address the guest takes on QEMU's user network.
-const GuestAddr = "10.0.2.15"
+const GuestAddr = guestvm.GuestAddr
 
 // Rootfs returns the rootfs directory Start would use.
 func Rootfs(o Options) string {
@@ -137,36 +138,17 @@ func StartVM(ctx context.Context, o Options) (*VM, error) {
 	if o.Stdout != nil {
 		out = io.MultiWriter(console, o.Stdout)
 	}
-	args := append(accel(),
-		"-m", cmp.Or(o.Memory, "1G"), "-smp", "1", "-nodefaults", "-no-user-config",
-		"-display", "none", "-serial", "stdio",
-		"-kernel", kernels[0], "-initrd", initrd,
-		"-drive", "file="+disk+",if=virtio,format=raw",
-		"-append", strings.TrimSpace("root=/dev/vda rw console=ttyS0 panic=-1 "+o.Append))
-	if o.Net {
-		args = append(args, "-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0")
+	m := guestvm.Machine{
+		Kernel: kernels[0], Initrd: initrd, Memory: o.Memory, Net: o.Net,
+		Drives: []string{"file=" + disk + ",if=virtio,format=raw"},
+		Append: "root=/dev/vda rw console=ttyS0 panic=-1 " + o.Append,
 	}
-	cmd := exec.Command("qemu-system-x86_64", args...)
+	cmd := exec.Command("qemu-system-x86_64", m.Args()...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if v.proc, err = apiservertest.StartProcess(cmd); err != nil {
 		return nil, fmt.Errorf("starting qemu: %w", err)
 	}
 	return v, nil
-}
-
-// accel picks KVM only where it really works (not the PVM backend, which
-// cannot run a stock kernel; RECIPES §1), else TCG.
-func accel() []string {
-	_, pvm := os.Stat("/sys/module/kvm_pvm")
-	_, intel := os.Stat("/sys/module/kvm_intel")
-	_, amd := os.Stat("/sys/module/kvm_amd")
-	if os.Getenv("GUEST_ACCEL") != "tcg" && pvm != nil && (intel == nil || amd == nil) {
-		if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
-			f.Close()
-			return []string{"-accel", "kvm", "-cpu", "host"}
-		}
-	}
-	return []string{"-accel", "tcg", "-cpu", "max"}
 }
 
 // makeDisk copies root and the extra files into a staging tree and makes an
