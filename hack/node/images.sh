@@ -8,7 +8,7 @@
 #                                    hash of its source and the Go version.
 #   hack/node/images.sh ipvs-guard   localhost/ipvs-guard:node from the project's Dockerfile
 #                                    (hack/image/build.sh, which also checks the image); cached by
-#                                    a hash of the sources that go into it.
+#                                    a hash of the files its binary is built from.
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 cd "$REPO_ROOT"
 
@@ -47,8 +47,13 @@ pause)
 	fi
 	;;
 ipvs-guard)
-	srcs=(go.mod go.sum Dockerfile cmd pkg internal)
-	key=$({ git ls-files -s -- "${srcs[@]}"; git diff HEAD -- "${srcs[@]}"; } | sha256sum | cut -c1-16)
+	# The files the image's binary is built from: the Dockerfile, go.mod/go.sum, and the Go and
+	# embedded files of every package of this module ./cmd/ipvs-guard imports.
+	files=$(go list -deps -f '{{if and (not .Standard) .Module}}{{if .Module.Main}}{{range .GoFiles}}{{$.Dir}}/{{.}}
+{{end}}{{range .EmbedFiles}}{{$.Dir}}/{{.}}
+{{end}}{{end}}{{end}}' ./cmd/ipvs-guard)
+	# shellcheck disable=SC2086 # one path a line, no spaces in this module's paths
+	key=$({ go env GOVERSION; sha256sum Dockerfile go.mod go.sum $files; } | sed "s|$REPO_ROOT/||" | sha256sum | cut -c1-16)
 	out=$dir/ipvs-guard-$key.tar
 	name=localhost/ipvs-guard:node
 	if [ ! -f "$out" ]; then
