@@ -92,8 +92,14 @@ func imageArchive(t *testing.T, env, what string) string {
 // At boot no IPVS module is loaded or declared, so kube-proxy cannot start
 // until the pod loads them; then the pod's in-cluster client reaches the API
 // server through kube-proxy's ClusterIP and publishes all four conditions
-// False. Then a module goes missing under the running pod (the host tells
-// the guest to unload it): one Warning, the pod loads it back, one Normal.
+// False. A module unloaded under the running pod is loaded back at once.
+// A real reboot: systemd-modules-load loads what the pod declared, the
+// kubelet restarts the pod, the conditions stay False. `helm upgrade --set
+// remediation.enabled=false`: the report-only pod has no SYS_MODULE and
+// read-only mounts; a module unloaded under it turns IPVSModulesMissing True
+// (one Warning); remediation back on, the new pod loads it (one Normal).
+// `helm uninstall` runs the post-delete cleanup Job on the node and leaves
+// no ipvs-guard condition or annotation on the Node.
 func TestKubeletNodeHelmInstall(t *testing.T) {
 	for _, name := range []string{"kubelet", "kube-proxy"} {
 		_, err := os.Stat(apiservertest.CachedBinary(name))
@@ -179,23 +185,32 @@ func TestKubeletNodeHelmInstall(t *testing.T) {
 		t.Errorf("IPVS modules loaded at boot 1 before anything ran: %q, want none", got)
 	}
 
-	// A module goes missing under the running pod: the pod reports it
-	// (one Warning), loads it back (one Normal), the condition ends False.
+	// A module goes missing under the running pod: the kernel's uevent
+	// wakes the pod, which loads it back before the condition ever turns
+	// True (so no Event: one per transition).
 	ctl.do("unload ip_vs_wrr")
 	if _, err := vm.WaitConsole(ctx, "NODE-SCENARIO boot=1 unload=ip_vs_wrr ok", 1, 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	unloaded := time.Now()
-	waitEvents(ctx, t, cs, vm, string(nodestatus.IPVSModulesMissing), map[string]int{"Warning": 1, "Normal": 1})
-	poll("IPVSModulesMissing False again", 3*time.Minute, func(ctx context.Context) (bool, error) {
+	ctl.do("await ip_vs_wrr")
+	raw, err := vm.WaitConsole(ctx, "NODE-SCENARIO boot=1 await=", 1, 3*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := facts(raw)[1]["await"]; !strings.Contains(got, "loaded after") {
+		t.Fatalf("the remediating pod did not load ip_vs_wrr again: %s", got)
+	} else {
+		t.Logf("ip_vs_wrr unloaded under the remediating pod: %s", got)
+	}
+	poll("all four conditions False after the reload", 3*time.Minute, func(ctx context.Context) (bool, error) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, nodevm.NodeName, metav1.GetOptions{})
 		return err == nil && allFalse(n), nil
 	})
-	t.Logf("module unloaded -> Warning, reloaded by the pod, Normal, condition False: %.1f s", time.Since(unloaded).Seconds())
 
 	// A real reboot: systemd-modules-load loads what the pod declared
 	// before containerd, the kubelet and kube-proxy start; the kubelet
 	// restarts the pod, whose conditions stay False.
+	restarts := pod.Status.ContainerStatuses[0].RestartCount
 	ctl.do("reboot")
 	if _, err := vm.WaitConsole(ctx, "NODE-SCENARIO boot=2 begin=", 1, 5*time.Minute); err != nil {
 		t.Fatal(err)
@@ -205,8 +220,8 @@ func TestKubeletNodeHelmInstall(t *testing.T) {
 		if !getPod(ctx) || !podConditionTrue(&pod, corev1.PodReady) || len(pod.Status.ContainerStatuses) != 1 {
 			return false, nil
 		}
-		run := pod.Status.ContainerStatuses[0].State.Running
-		return run != nil && run.StartedAt.After(rebooted.Add(-time.Second)), nil
+		st := pod.Status.ContainerStatuses[0]
+		return st.State.Running != nil && (st.RestartCount > restarts || st.State.Running.StartedAt.After(rebooted)), nil
 	})
 	falseAgain := poll("all four conditions False after the reboot", 5*time.Minute, func(ctx context.Context) (bool, error) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, nodevm.NodeName, metav1.GetOptions{})
@@ -252,6 +267,33 @@ func TestKubeletNodeHelmInstall(t *testing.T) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, nodevm.NodeName, metav1.GetOptions{})
 		return err == nil && allFalse(n), nil
 	})
+
+	// A module goes missing under the report-only pod: IPVSModulesMissing
+	// True with one Warning, nothing loaded; remediation back on (the
+	// chart's default): the new pod loads it, False with one Normal.
+	ctl.do("unload ip_vs_wrr")
+	if _, err := vm.WaitConsole(ctx, "NODE-SCENARIO boot=2 unload=ip_vs_wrr ok", 1, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	missing := time.Now()
+	poll("IPVSModulesMissing True under the report-only pod", 5*time.Minute, func(ctx context.Context) (bool, error) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, nodevm.NodeName, metav1.GetOptions{})
+		return err == nil && nodeConditionTrue(n, corev1.NodeConditionType(nodestatus.IPVSModulesMissing)), nil
+	})
+	waitEvents(ctx, t, cs, vm, string(nodestatus.IPVSModulesMissing), map[string]int{"Warning": 1})
+	t.Logf("ip_vs_wrr unloaded under the report-only pod -> IPVSModulesMissing True, one Warning: %.1f s", time.Since(missing).Seconds())
+	old = pod.UID
+	upgrade = time.Now()
+	helm(t, srv.Kubeconfig, "upgrade", release, chartDir(), "--namespace", namespace, "--reuse-values", "--set", "remediation.enabled=true")
+	poll("the remediating pod Ready", 10*time.Minute, func(ctx context.Context) (bool, error) {
+		return getPod(ctx) && pod.UID != old && podConditionTrue(&pod, corev1.PodReady), nil
+	})
+	waitEvents(ctx, t, cs, vm, string(nodestatus.IPVSModulesMissing), map[string]int{"Warning": 1, "Normal": 1})
+	poll("all four conditions False under the remediating pod", 5*time.Minute, func(ctx context.Context) (bool, error) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, nodevm.NodeName, metav1.GetOptions{})
+		return err == nil && allFalse(n), nil
+	})
+	t.Logf("helm upgrade --set remediation.enabled=true -> the pod loaded ip_vs_wrr, one Normal, all four False: %.1f s", time.Since(upgrade).Seconds())
 
 	// Uninstall: the post-delete hook's Job runs on the node and leaves no
 	// ipvs-guard condition or annotation on it.
