@@ -99,7 +99,7 @@ e2e test-e2e:
 	@echo "--- tier: e2e"
 	hack/e2e/run.sh
 
-## test-node: helm install into a real control plane (kube-apiserver, kube-controller-manager, kube-scheduler); a stock Debian 12 node (systemd) under QEMU: diagnose --fix, real reboot
+## test-node: helm install into a real control plane (kube-apiserver, kube-controller-manager, kube-scheduler); a stock Debian 12 node (systemd) under QEMU: diagnose --fix, real reboot; the chart's pod under the kubelet + containerd 2.x on that node
 .PHONY: test-node
 test-node:
 	@echo "--- tier: node"

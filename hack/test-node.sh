@@ -2,14 +2,18 @@
 # SPDX-License-Identifier: Apache-2.0
 # Tier `node` (test/node): `helm install` of deploy/ipvs-guard into a real control plane on the
 # host (kube-apiserver + etcd, kube-controller-manager, kube-scheduler v1.37.1), and the stock
-# Debian 12 node (hack/node/rootfs.sh) booted under QEMU and rebooted for real.
+# Debian 12 node (hack/node/rootfs.sh) booted under QEMU and rebooted for real, with the kubelet,
+# containerd 2.x (hack/ensure-containerd.sh) and kube-proxy on it running the chart's pod.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
 apt_ensure e2fsprogs
-hack/apiserver/install.sh etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy
+hack/apiserver/install.sh etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet
 HELM=$(hack/ensure-helm.sh)
+CONTAINERD_DIR=$(hack/ensure-containerd.sh)
 NODE_ROOTFS=$(hack/node/rootfs.sh)
-export HELM NODE_ROOTFS
+NODE_PAUSE_IMAGE=$(hack/node/images.sh pause)
+NODE_AGENT_IMAGE=$(hack/node/images.sh ipvs-guard)
+export HELM CONTAINERD_DIR NODE_ROOTFS NODE_PAUSE_IMAGE NODE_AGENT_IMAGE
 
-go test -tags node -count=1 -timeout 20m -v ./test/node/
+go test -tags node -count=1 -timeout 30m -v ./test/node/

@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,7 +64,8 @@ type Options struct {
 	APIServer string
 	// Etcd is the etcd binary; default $ETCD, else etcd on $PATH.
 	Etcd string
-	// ExtraFlags are appended to kube-apiserver's flags.
+	// ExtraFlags are appended to kube-apiserver's flags; an
+	// --authorization-mode among them replaces the default RBAC.
 	ExtraFlags []string
 	// Stdout receives both processes' logs; nil writes them to files in Dir.
 	Stdout io.Writer
@@ -374,9 +376,13 @@ func (s *Server) StartAPIServer(ctx context.Context) error {
 		"--service-account-signing-key-file=" + filepath.Join(s.Dir, "sa.key"),
 		"--service-account-key-file=" + filepath.Join(s.Dir, "sa.pub"),
 		"--token-auth-file=" + filepath.Join(s.Dir, "tokens.csv"),
-		"--authorization-mode=RBAC",
 		"--endpoint-reconciler-type=none",
 		"--v=0",
+	}
+	// --authorization-mode is a list flag: a second one would add to the
+	// first, not replace it.
+	if !slices.ContainsFunc(s.opts.ExtraFlags, func(f string) bool { return strings.HasPrefix(f, "--authorization-mode=") }) {
+		args = append(args, "--authorization-mode=RBAC")
 	}
 	if s.opts.AuditPolicy != "" {
 		policy := filepath.Join(s.Dir, "audit-policy.yaml")
