@@ -7,6 +7,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,14 +37,22 @@ type scaleOptions struct {
 	window           time.Duration
 	statusPeriod     time.Duration
 	maxRSSMiB        float64
+	keep             bool   // keep the work directory (API server and agent logs)
+	heapProfile      string // where to save agent 0's heap profile after the window
+	profileAddr      string // where agent 0 serves /debug/pprof (with heapProfile)
 }
 
 // scaleAuditPolicy records every write; Node metadata patches with their
-// body, to tell what a MAC annotation write changed.
+// body, to tell what a MAC annotation write changed, and Node status patches
+// with body and response, to tell which condition a write changed and what
+// the Node showed after it.
 const scaleAuditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
+  - level: RequestResponse
+    verbs: ["patch"]
+    resources: [{group: "", resources: ["nodes/status"]}]
   - level: Request
     verbs: ["patch"]
     resources: [{group: "", resources: ["nodes"]}]
@@ -66,7 +76,11 @@ func runScale(o scaleOptions) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
+	if o.keep {
+		fmt.Printf("work directory (kept): %s\n", work)
+	} else {
+		defer os.RemoveAll(work)
+	}
 	s, err := apiservertest.StartServer(ctx, apiservertest.Options{Dir: filepath.Join(work, "api"), AuditPolicy: scaleAuditPolicy})
 	if err != nil {
 		return err
@@ -107,6 +121,14 @@ func runScale(o scaleOptions) error {
 		return err
 	}
 
+	if o.heapProfile != "" {
+		ports, err := apiservertest.FreePorts(1)
+		if err != nil {
+			return err
+		}
+		o.profileAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
+	}
+	agentsStarted := time.Now()
 	agents, err := startAgents(o, s, work)
 	defer func() {
 		for _, a := range agents {
@@ -134,10 +156,66 @@ func runScale(o scaleOptions) error {
 	if err != nil {
 		return err
 	}
+	if o.heapProfile != "" {
+		if err := saveHeapProfile(o.profileAddr, o.heapProfile); err != nil {
+			return err
+		}
+		fmt.Printf("agent 0's heap profile: %s (go tool pprof -top -sample_index=inuse_space)\n", o.heapProfile)
+	}
+	if len(with.nodeWrites) > 0 {
+		explainWrites(s.AuditLog, work, o.agents, agentsStarted, with.start)
+	}
 	if err := waitAllFalse(ctx, admin, o.agents, time.Second); err != nil {
 		return fmt.Errorf("after the churn window: %w", err)
 	}
 	return report(o, base, with)
+}
+
+// saveHeapProfile saves agent 0's heap profile (after a GC), served on
+// profileAddr, to path.
+func saveHeapProfile(profileAddr, path string) error {
+	resp, err := http.Get("http://" + profileAddr + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return fmt.Errorf("reading agent 0's heap profile: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("reading agent 0's heap profile: %s: %w", resp.Status, err)
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// explainWrites prints every Node status patch the agents sent since they
+// started (those in the window marked), with its body, and the lines of
+// their logs that say why a condition changed.
+func explainWrites(auditLog, work string, agents int, started, window time.Time) {
+	ps, err := agentStatusPatches(auditLog, started)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "reading the audit log:", err)
+		return
+	}
+	fmt.Printf("\nNode status patches by the agents since they started (* = in the churn window):\n")
+	for _, p := range ps {
+		mark := " "
+		if !p.received.Before(window) {
+			mark = "*"
+		}
+		fmt.Printf("%s %s +%6.1fs %s %s\n", mark, p.received.Format("15:04:05.000"), p.received.Sub(started).Seconds(), p.node, p.body)
+	}
+	for i := range agents {
+		b, err := os.ReadFile(filepath.Join(work, fmt.Sprintf("agent-%d.log", i)))
+		if err != nil {
+			continue
+		}
+		fmt.Printf("\nagent %d (%s), log lines about conditions:\n", i, simNode(i))
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "Condition changed") || strings.Contains(l, "Holding back") || strings.Contains(l, "Publishing") ||
+				strings.Contains(l, "problem") || strings.Contains(l, "rror") || strings.Contains(l, "failed") {
+				fmt.Printf("  %.400s\n", l)
+			}
+		}
+	}
 }
 
 // parallel runs f(0..n-1) with 32 in flight and returns the first error.
@@ -288,8 +366,12 @@ func startAgents(o scaleOptions, s *apiservertest.Server, work string) ([]*exec.
 		if _, err := makeHealthy(root); err != nil {
 			return out, err
 		}
-		cmd := exec.Command(o.binary, "run", "--kubeconfig", s.Kubeconfig, "--node-name", simNode(i), "--root", root, "--no-uevents",
-			"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "-v", "0")
+		health := []string{"--health-probe-bind-address", "0"}
+		if i == 0 && o.heapProfile != "" {
+			health = []string{"--health-probe-bind-address", o.profileAddr, "--profiling"}
+		}
+		cmd := exec.Command(o.binary, append([]string{"run", "--kubeconfig", s.Kubeconfig, "--node-name", simNode(i), "--root", root, "--no-uevents",
+			"--metrics-bind-address", "0", "-v", "2"}, health...)...)
 		logf, err := os.Create(filepath.Join(work, fmt.Sprintf("agent-%d.log", i)))
 		if err != nil {
 			return out, err
@@ -339,6 +421,7 @@ func waitAllFalse(ctx context.Context, cs kubernetes.Interface, agents int, time
 
 // sample is what one measurement window saw.
 type sample struct {
+	start              time.Time
 	window             time.Duration
 	nodeWrites, writes []string // by the agents: conditions (nodes/status), all
 	macWrites          []string // by the agents: the MAC annotation (nodes)
@@ -367,7 +450,7 @@ func measure(ctx context.Context, cs kubernetes.Interface, auditLog string, wind
 	start := time.Now()
 	time.Sleep(window)
 	d := time.Since(start)
-	out := sample{window: d, watchEvents: map[string]float64{}, watchBytes: map[string]float64{}}
+	out := sample{start: start, window: d, watchEvents: map[string]float64{}, watchBytes: map[string]float64{}}
 	for i, p := range all {
 		t1, _ := cpuTicks(p)
 		mc := float64(t1-t0[i]) / 100 / d.Seconds() * 1000
@@ -452,6 +535,43 @@ func label(line, name string) string {
 // scaleAgentWrites lists "verb resource/subresource" for every write by an agent.
 func scaleAgentWrites(auditLog string) ([]string, error) {
 	return auditWrites(auditLog, func(_, userAgent string) bool { return strings.HasPrefix(userAgent, "ipvs-guard") })
+}
+
+// statusPatch is one Node status patch an agent sent, from the audit log.
+type statusPatch struct {
+	received time.Time
+	node     string
+	body     string // the strategic-merge patch as sent
+}
+
+// agentStatusPatches returns the agents' Node status patches received at or
+// after since, with their bodies (the audit policy logs them in full).
+func agentStatusPatches(auditLog string, since time.Time) ([]statusPatch, error) {
+	f, err := os.Open(auditLog)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []statusPatch
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 4<<20), 4<<20)
+	for sc.Scan() {
+		var ev struct {
+			Verb      string          `json:"verb"`
+			UserAgent string          `json:"userAgent"`
+			Received  time.Time       `json:"requestReceivedTimestamp"`
+			Request   json.RawMessage `json:"requestObject"`
+			ObjectRef struct {
+				Resource, Subresource, Name string
+			} `json:"objectRef"`
+		}
+		if json.Unmarshal(sc.Bytes(), &ev) != nil || !strings.HasPrefix(ev.UserAgent, "ipvs-guard") ||
+			ev.Verb != "patch" || ev.ObjectRef.Resource != "nodes" || ev.ObjectRef.Subresource != "status" || ev.Received.Before(since) {
+			continue
+		}
+		out = append(out, statusPatch{received: ev.Received, node: ev.ObjectRef.Name, body: string(ev.Request)})
+	}
+	return out, sc.Err()
 }
 
 // macValues returns the distinct MAC annotation values the agents patched,
