@@ -171,6 +171,25 @@ func runScale(o scaleOptions) error {
 	return report(o, base, with)
 }
 
+// rssSplitKiB returns a process's RssAnon and RssFile.
+func rssSplitKiB(pid int) (anon, file int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(l, ":")
+		n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		switch k {
+		case "RssAnon":
+			anon = n
+		case "RssFile":
+			file = n
+		}
+	}
+	return anon, file
+}
+
 // saveHeapProfile saves agent 0's heap profile (after a GC), served on
 // profileAddr, to path.
 func saveHeapProfile(profileAddr, path string) error {
@@ -183,7 +202,28 @@ func saveHeapProfile(profileAddr, path string) error {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("reading agent 0's heap profile: %s: %w", resp.Status, err)
 	}
-	return os.WriteFile(path, b, 0o644)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return err
+	}
+	// The runtime's own account (debug=1 ends with runtime.MemStats).
+	resp, err = http.Get("http://" + profileAddr + "/debug/pprof/heap?debug=1")
+	if err != nil {
+		return fmt.Errorf("reading agent 0's memory statistics: %w", err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	fmt.Printf("agent 0's runtime memory statistics (MiB):")
+	for sc.Scan() {
+		for _, k := range []string{"HeapAlloc", "HeapInuse", "HeapIdle", "HeapReleased", "Stack", "GCSys", "OtherSys", "Sys", "NextGC"} {
+			if v, ok := strings.CutPrefix(sc.Text(), "# "+k+" = "); ok {
+				n, _ := strconv.ParseFloat(strings.Fields(v)[0], 64)
+				fmt.Printf(" %s %.1f", k, n/(1<<20))
+			}
+		}
+	}
+	fmt.Println()
+	return sc.Err()
 }
 
 // explainWrites prints every Node status patch the agents sent since they
@@ -421,15 +461,16 @@ func waitAllFalse(ctx context.Context, cs kubernetes.Interface, agents int, time
 
 // sample is what one measurement window saw.
 type sample struct {
-	start              time.Time
-	window             time.Duration
-	nodeWrites, writes []string // by the agents: conditions (nodes/status), all
-	macWrites          []string // by the agents: the MAC annotation (nodes)
-	macValues          []string // the distinct annotation values they wrote
-	watchEvents        map[string]float64
-	watchBytes         map[string]float64
-	cpuMillicores      []float64 // per pid of the measured processes (api, etcd)
-	agentCPU, agentRSS []float64 // millicores, MiB, per agent
+	start                time.Time
+	window               time.Duration
+	nodeWrites, writes   []string // by the agents: conditions (nodes/status), all
+	macWrites            []string // by the agents: the MAC annotation (nodes)
+	macValues            []string // the distinct annotation values they wrote
+	watchEvents          map[string]float64
+	watchBytes           map[string]float64
+	cpuMillicores        []float64 // per pid of the measured processes (api, etcd)
+	agentCPU, agentRSS   []float64 // millicores, MiB, per agent
+	agentAnon, agentFile []float64 // MiB per agent: RSS of anonymous memory (heap, stacks) and of mapped files (the binary)
 }
 
 // measure samples the API server's metrics, the audit log and /proc around a window.
@@ -460,6 +501,9 @@ func measure(ctx context.Context, cs kubernetes.Interface, auditLog string, wind
 			rss, _ := rssKiB(p)
 			out.agentCPU = append(out.agentCPU, mc)
 			out.agentRSS = append(out.agentRSS, float64(rss)/1024)
+			anon, file := rssSplitKiB(p)
+			out.agentAnon = append(out.agentAnon, float64(anon)/1024)
+			out.agentFile = append(out.agentFile, float64(file)/1024)
 		}
 	}
 	ev1, by1, err := watchMetrics(ctx, cs)
@@ -654,8 +698,11 @@ func report(o scaleOptions, base, with sample) error {
 	}
 	cpuAvg, cpuMax := stats(with.agentCPU)
 	rssAvg, rssMax := stats(with.agentRSS)
+	anonAvg, anonMax := stats(with.agentAnon)
+	fileAvg, fileMax := stats(with.agentFile)
 	fmt.Printf("  agent CPU avg %.1f / max %.1f millicores; RSS avg %.1f / max %.1f MiB (%d Nodes, %d Services cached)\n",
 		cpuAvg, cpuMax, rssAvg, rssMax, o.nodes, o.services)
+	fmt.Printf("    of which anonymous (heap, stacks) avg %.1f / max %.1f MiB, the mapped binary avg %.1f / max %.1f MiB\n", anonAvg, anonMax, fileAvg, fileMax)
 	apiBase, apiWith := base.cpuMillicores[0]+base.cpuMillicores[1], with.cpuMillicores[0]+with.cpuMillicores[1]
 	fmt.Printf("  kube-apiserver + etcd CPU: %.0f millicores baseline, %.0f with %d agents => %.1f millicores per agent\n",
 		apiBase, apiWith, o.agents, (apiWith-apiBase)/float64(o.agents))
