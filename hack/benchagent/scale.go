@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -116,6 +117,7 @@ func runScale(o scaleOptions) error {
 
 	fmt.Printf("\nbaseline: %d simulated kubelets (status every %s), churn %.1f Services/s (create + delete + endpoint scale-up each), no agent\n",
 		o.nodes, o.statusPeriod, o.churnPerSecond)
+	c0 := ch.done.Load()
 	base, err := measure(ctx, admin, s.AuditLog, o.window, []int{apiPID, etcdPID}, nil)
 	if err != nil {
 		return err
@@ -152,6 +154,8 @@ func runScale(o scaleOptions) error {
 	for _, a := range agents {
 		pids = append(pids, a.Process.Pid)
 	}
+	fmt.Printf("churn achieved in the baseline window: %.2f Services/s\n", float64(ch.done.Load()-c0)/base.window.Seconds())
+	c0 = ch.done.Load()
 	with, err := measure(ctx, admin, s.AuditLog, o.window, []int{apiPID, etcdPID}, pids)
 	if err != nil {
 		return err
@@ -168,6 +172,7 @@ func runScale(o scaleOptions) error {
 	if err := waitAllFalse(ctx, admin, o.agents, time.Second); err != nil {
 		return fmt.Errorf("after the churn window: %w", err)
 	}
+	fmt.Printf("churn achieved in the window with agents: %.2f Services/s (each: one created, one deleted, one EndpointSlice scaled)\n", float64(ch.done.Load()-c0)/with.window.Seconds())
 	return report(o, base, with)
 }
 
@@ -368,6 +373,7 @@ func endpoint(i int) discoveryv1.Endpoint {
 type churner struct {
 	cs           kubernetes.Interface
 	oldest, next int
+	done         atomic.Int64 // churn steps completed
 }
 
 func (c *churner) run(ctx context.Context, rate float64) {
@@ -391,6 +397,7 @@ func (c *churner) run(ctx context.Context, rate float64) {
 		_, _ = c.cs.DiscoveryV1().EndpointSlices("default").Patch(ctx, svcName(c.oldest+1), types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
 		c.oldest++
 		c.next++
+		c.done.Add(1)
 	}
 }
 
