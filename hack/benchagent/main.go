@@ -73,7 +73,7 @@ func main() {
 		status = flag.Duration("status-period", 5*time.Minute, "scale: each simulated kubelet's node status report period")
 		maxRSS = flag.Float64("max-rss-mib", 0, "scale: fail when an agent's RSS exceeds this (0: no limit)")
 		heap   = flag.String("heap-profile", "", "scale: save agent 0's heap profile (pprof) to this file after the window")
-		keep   = flag.Bool("keep", false, "scale: keep the work directory (API server, audit and agent logs)")
+		keep   = flag.Bool("keep", false, "scale: keep the work directory (API server, audit and agent logs) also when the run passes")
 	)
 	flag.Parse()
 	trialSpacing = *spacing

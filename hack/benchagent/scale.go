@@ -38,7 +38,7 @@ type scaleOptions struct {
 	window           time.Duration
 	statusPeriod     time.Duration
 	maxRSSMiB        float64
-	keep             bool   // keep the work directory (API server and agent logs)
+	keep             bool   // keep the work directory (API server and agent logs) also when the run passes
 	heapProfile      string // where to save agent 0's heap profile after the window
 	profileAddr      string // where agent 0 serves /debug/pprof (with heapProfile)
 }
@@ -70,18 +70,21 @@ rules:
 // It measures a baseline window (churn, no agents) and a window with the
 // agents, and fails when an agent wrote its Node during churn or its RSS
 // exceeded maxRSSMiB.
-func runScale(o scaleOptions) error {
+func runScale(o scaleOptions) (err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	work, err := os.MkdirTemp("", "bench-scale-")
 	if err != nil {
 		return err
 	}
-	if o.keep {
-		fmt.Printf("work directory (kept): %s\n", work)
-	} else {
-		defer os.RemoveAll(work)
-	}
+	// Kept on failure (and with -keep): API server, audit and agent logs.
+	defer func() {
+		if o.keep || err != nil {
+			fmt.Printf("work directory (kept): %s\n", work)
+			return
+		}
+		_ = os.RemoveAll(work)
+	}()
 	s, err := apiservertest.StartServer(ctx, apiservertest.Options{Dir: filepath.Join(work, "api"), AuditPolicy: scaleAuditPolicy})
 	if err != nil {
 		return err
@@ -246,7 +249,7 @@ func explainWrites(auditLog, work string, agents int, started, window time.Time)
 		if !p.received.Before(window) {
 			mark = "*"
 		}
-		fmt.Printf("%s %s +%6.1fs %s %s\n", mark, p.received.Format("15:04:05.000"), p.received.Sub(started).Seconds(), p.node, p.body)
+		fmt.Printf("%s %s +%6.1fs %s HTTP %d %s\n", mark, p.received.Format("15:04:05.000"), p.received.Sub(started).Seconds(), p.node, p.code, p.body)
 	}
 	for i := range agents {
 		b, err := os.ReadFile(filepath.Join(work, fmt.Sprintf("agent-%d.log", i)))
@@ -592,6 +595,7 @@ func scaleAgentWrites(auditLog string) ([]string, error) {
 type statusPatch struct {
 	received time.Time
 	node     string
+	code     int    // the API server's response code (409: a conflict, nothing written)
 	body     string // the strategic-merge patch as sent
 }
 
@@ -615,12 +619,15 @@ func agentStatusPatches(auditLog string, since time.Time) ([]statusPatch, error)
 			ObjectRef struct {
 				Resource, Subresource, Name string
 			} `json:"objectRef"`
+			ResponseStatus struct {
+				Code int `json:"code"`
+			} `json:"responseStatus"`
 		}
 		if json.Unmarshal(sc.Bytes(), &ev) != nil || !strings.HasPrefix(ev.UserAgent, "ipvs-guard") ||
 			ev.Verb != "patch" || ev.ObjectRef.Resource != "nodes" || ev.ObjectRef.Subresource != "status" || ev.Received.Before(since) {
 			continue
 		}
-		out = append(out, statusPatch{received: ev.Received, node: ev.ObjectRef.Name, body: string(ev.Request)})
+		out = append(out, statusPatch{received: ev.Received, node: ev.ObjectRef.Name, code: ev.ResponseStatus.Code, body: string(ev.Request)})
 	}
 	return out, sc.Err()
 }
