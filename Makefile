@@ -22,7 +22,7 @@ build:
 
 ## test: every tier, each named so a failure says where it broke
 .PHONY: test
-test: test-lint test-unit test-fuzz test-netns test-guest test-apiserver test-metallb test-rules test-chart test-image test-e2e test-node
+test: test-lint test-unit test-fuzz test-netns test-guest test-apiserver test-scale test-metallb test-rules test-chart test-image test-e2e test-node
 	@echo "all test tiers passed"
 
 ## lint: go vet, gofmt, go mod tidy check

@@ -284,6 +284,16 @@ func TestRender(t *testing.T) {
 			if !nodeName {
 				t.Error("NODE_NAME does not come from the downward API spec.nodeName")
 			}
+			memLimit := false
+			for _, e := range c.Env {
+				if e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil &&
+					e.ValueFrom.ResourceFieldRef.Resource == "limits.memory" && e.ValueFrom.ResourceFieldRef.ContainerName == c.Name {
+					memLimit = true
+				}
+			}
+			if !memLimit {
+				t.Error("GOMEMLIMIT does not come from the container's limits.memory (downward API)")
+			}
 			for _, a := range tt.wantArgs {
 				if !slices.Contains(c.Args, a) {
 					t.Errorf("args %q lack %q", c.Args, a)

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"runtime/debug"
 	"time"
@@ -44,6 +46,7 @@ type runOptions struct {
 	initialDelay time.Duration
 	apiQPS       float32
 	apiBurst     int
+	profiling    bool
 }
 
 func newRunCommand() *cobra.Command {
@@ -69,6 +72,7 @@ func newRunCommand() *cobra.Command {
 	f.DurationVar(&opts.initialDelay, "initial-publish-delay", agent.DefaultInitialPublishDelay, "publish conditions after this long even if a check has not finished")
 	f.Float32Var(&opts.apiQPS, "kube-api-qps", 5, "queries per second to the API server")
 	f.IntVar(&opts.apiBurst, "kube-api-burst", 10, "burst of queries to the API server")
+	f.BoolVar(&opts.profiling, "profiling", false, "serve Go's /debug/pprof on the health probe address (for measuring the agent's memory and CPU)")
 	return cmd
 }
 
@@ -208,6 +212,9 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 		}
 		if opts.metricsAddr == opts.healthAddr {
 			srv.Handle("/metrics", metrics.Handler(reg))
+		}
+		if opts.profiling {
+			srv.Handle("/debug/pprof/", http.HandlerFunc(pprof.Index))
 		}
 		g.Go(func() error { return srv.Run(gctx) })
 	}

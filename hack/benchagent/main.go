@@ -72,12 +72,14 @@ func main() {
 		window = flag.Duration("window", 2*time.Minute, "scale: each measurement window (baseline, then with agents)")
 		status = flag.Duration("status-period", 5*time.Minute, "scale: each simulated kubelet's node status report period")
 		maxRSS = flag.Float64("max-rss-mib", 0, "scale: fail when an agent's RSS exceeds this (0: no limit)")
+		heap   = flag.String("heap-profile", "", "scale: save agent 0's heap profile (pprof) to this file after the window")
+		keep   = flag.Bool("keep", false, "scale: keep the work directory (API server, audit and agent logs) also when the run passes")
 	)
 	flag.Parse()
 	trialSpacing = *spacing
 	if *scale {
 		if err := runScale(scaleOptions{binary: *binary, hostTree: *hostTree, nodes: *nodes, services: *services, agents: *agents,
-			churnPerSecond: *churn, window: *window, statusPeriod: *status, maxRSSMiB: *maxRSS}); err != nil {
+			churnPerSecond: *churn, window: *window, statusPeriod: *status, maxRSSMiB: *maxRSS, keep: *keep, heapProfile: *heap}); err != nil {
 			fmt.Fprintln(os.Stderr, "error:", err)
 			os.Exit(1)
 		}

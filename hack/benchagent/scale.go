@@ -7,6 +7,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -35,14 +38,22 @@ type scaleOptions struct {
 	window           time.Duration
 	statusPeriod     time.Duration
 	maxRSSMiB        float64
+	keep             bool   // keep the work directory (API server and agent logs) also when the run passes
+	heapProfile      string // where to save agent 0's heap profile after the window
+	profileAddr      string // where agent 0 serves /debug/pprof (with heapProfile)
 }
 
 // scaleAuditPolicy records every write; Node metadata patches with their
-// body, to tell what a MAC annotation write changed.
+// body, to tell what a MAC annotation write changed, and Node status patches
+// with body and response, to tell which condition a write changed and what
+// the Node showed after it.
 const scaleAuditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
+  - level: RequestResponse
+    verbs: ["patch"]
+    resources: [{group: "", resources: ["nodes/status"]}]
   - level: Request
     verbs: ["patch"]
     resources: [{group: "", resources: ["nodes"]}]
@@ -59,14 +70,21 @@ rules:
 // It measures a baseline window (churn, no agents) and a window with the
 // agents, and fails when an agent wrote its Node during churn or its RSS
 // exceeded maxRSSMiB.
-func runScale(o scaleOptions) error {
+func runScale(o scaleOptions) (err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	work, err := os.MkdirTemp("", "bench-scale-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
+	// Kept on failure (and with -keep): API server, audit and agent logs.
+	defer func() {
+		if o.keep || err != nil {
+			fmt.Printf("work directory (kept): %s\n", work)
+			return
+		}
+		_ = os.RemoveAll(work)
+	}()
 	s, err := apiservertest.StartServer(ctx, apiservertest.Options{Dir: filepath.Join(work, "api"), AuditPolicy: scaleAuditPolicy})
 	if err != nil {
 		return err
@@ -102,11 +120,21 @@ func runScale(o scaleOptions) error {
 
 	fmt.Printf("\nbaseline: %d simulated kubelets (status every %s), churn %.1f Services/s (create + delete + endpoint scale-up each), no agent\n",
 		o.nodes, o.statusPeriod, o.churnPerSecond)
+	churn0, churnT0 := ch.done.Load(), time.Now()
 	base, err := measure(ctx, admin, s.AuditLog, o.window, []int{apiPID, etcdPID}, nil)
 	if err != nil {
 		return err
 	}
+	fmt.Printf("churn achieved in the baseline window: %.2f Services/s\n", float64(ch.done.Load()-churn0)/time.Since(churnT0).Seconds())
 
+	if o.heapProfile != "" {
+		ports, err := apiservertest.FreePorts(1)
+		if err != nil {
+			return err
+		}
+		o.profileAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
+	}
+	agentsStarted := time.Now()
 	agents, err := startAgents(o, s, work)
 	defer func() {
 		for _, a := range agents {
@@ -130,14 +158,112 @@ func runScale(o scaleOptions) error {
 	for _, a := range agents {
 		pids = append(pids, a.Process.Pid)
 	}
+	churn0, churnT0 = ch.done.Load(), time.Now()
 	with, err := measure(ctx, admin, s.AuditLog, o.window, []int{apiPID, etcdPID}, pids)
 	if err != nil {
 		return err
 	}
+	if o.heapProfile != "" {
+		if err := saveHeapProfile(o.profileAddr, o.heapProfile); err != nil {
+			return err
+		}
+		fmt.Printf("agent 0's heap profile: %s (go tool pprof -top -sample_index=inuse_space)\n", o.heapProfile)
+	}
+	if len(with.nodeWrites) > 0 {
+		explainWrites(s.AuditLog, work, o.agents, agentsStarted, with.start)
+	}
 	if err := waitAllFalse(ctx, admin, o.agents, time.Second); err != nil {
 		return fmt.Errorf("after the churn window: %w", err)
 	}
+	fmt.Printf("churn achieved in the window with agents: %.2f Services/s (each: one created, one deleted, one EndpointSlice scaled)\n", float64(ch.done.Load()-churn0)/time.Since(churnT0).Seconds())
 	return report(o, base, with)
+}
+
+// rssSplitKiB returns a process's RssAnon and RssFile.
+func rssSplitKiB(pid int) (anon, file int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(l, ":")
+		n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		switch k {
+		case "RssAnon":
+			anon = n
+		case "RssFile":
+			file = n
+		}
+	}
+	return anon, file
+}
+
+// saveHeapProfile saves agent 0's heap profile (after a GC), served on
+// profileAddr, to path.
+func saveHeapProfile(profileAddr, path string) error {
+	resp, err := http.Get("http://" + profileAddr + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return fmt.Errorf("reading agent 0's heap profile: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("reading agent 0's heap profile: %s: %w", resp.Status, err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return err
+	}
+	// The runtime's own account (debug=1 ends with runtime.MemStats).
+	resp, err = http.Get("http://" + profileAddr + "/debug/pprof/heap?debug=1")
+	if err != nil {
+		return fmt.Errorf("reading agent 0's memory statistics: %w", err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	fmt.Printf("agent 0's runtime memory statistics (MiB):")
+	for sc.Scan() {
+		for _, k := range []string{"HeapAlloc", "HeapInuse", "HeapIdle", "HeapReleased", "Stack", "GCSys", "OtherSys", "Sys", "NextGC"} {
+			if v, ok := strings.CutPrefix(sc.Text(), "# "+k+" = "); ok {
+				n, _ := strconv.ParseFloat(strings.Fields(v)[0], 64)
+				fmt.Printf(" %s %.1f", k, n/(1<<20))
+			}
+		}
+	}
+	fmt.Println()
+	return sc.Err()
+}
+
+// explainWrites prints every Node status patch the agents sent since they
+// started (those in the window marked), with its body, and the lines of
+// their logs that say why a condition changed.
+func explainWrites(auditLog, work string, agents int, started, window time.Time) {
+	ps, err := agentStatusPatches(auditLog, started)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "reading the audit log:", err)
+		return
+	}
+	fmt.Printf("\nNode status patches by the agents since they started (* = in the churn window):\n")
+	for _, p := range ps {
+		mark := " "
+		if !p.received.Before(window) {
+			mark = "*"
+		}
+		fmt.Printf("%s %s +%6.1fs %s HTTP %d %s\n", mark, p.received.Format("15:04:05.000"), p.received.Sub(started).Seconds(), p.node, p.code, p.body)
+	}
+	for i := range agents {
+		b, err := os.ReadFile(filepath.Join(work, fmt.Sprintf("agent-%d.log", i)))
+		if err != nil {
+			continue
+		}
+		fmt.Printf("\nagent %d (%s), log lines about conditions:\n", i, simNode(i))
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "Condition changed") || strings.Contains(l, "Holding back") || strings.Contains(l, "Publishing") ||
+				strings.Contains(l, "problem") || strings.Contains(l, "rror") || strings.Contains(l, "failed") {
+				fmt.Printf("  %.400s\n", l)
+			}
+		}
+	}
 }
 
 // parallel runs f(0..n-1) with 32 in flight and returns the first error.
@@ -250,6 +376,7 @@ func endpoint(i int) discoveryv1.Endpoint {
 type churner struct {
 	cs           kubernetes.Interface
 	oldest, next int
+	done         atomic.Int64 // churn steps completed
 }
 
 func (c *churner) run(ctx context.Context, rate float64) {
@@ -273,6 +400,7 @@ func (c *churner) run(ctx context.Context, rate float64) {
 		_, _ = c.cs.DiscoveryV1().EndpointSlices("default").Patch(ctx, svcName(c.oldest+1), types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
 		c.oldest++
 		c.next++
+		c.done.Add(1)
 	}
 }
 
@@ -288,8 +416,12 @@ func startAgents(o scaleOptions, s *apiservertest.Server, work string) ([]*exec.
 		if _, err := makeHealthy(root); err != nil {
 			return out, err
 		}
-		cmd := exec.Command(o.binary, "run", "--kubeconfig", s.Kubeconfig, "--node-name", simNode(i), "--root", root, "--no-uevents",
-			"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "-v", "0")
+		health := []string{"--health-probe-bind-address", "0"}
+		if i == 0 && o.heapProfile != "" {
+			health = []string{"--health-probe-bind-address", o.profileAddr, "--profiling"}
+		}
+		cmd := exec.Command(o.binary, append([]string{"run", "--kubeconfig", s.Kubeconfig, "--node-name", simNode(i), "--root", root, "--no-uevents",
+			"--metrics-bind-address", "0", "-v", "2"}, health...)...)
 		logf, err := os.Create(filepath.Join(work, fmt.Sprintf("agent-%d.log", i)))
 		if err != nil {
 			return out, err
@@ -339,14 +471,16 @@ func waitAllFalse(ctx context.Context, cs kubernetes.Interface, agents int, time
 
 // sample is what one measurement window saw.
 type sample struct {
-	window             time.Duration
-	nodeWrites, writes []string // by the agents: conditions (nodes/status), all
-	macWrites          []string // by the agents: the MAC annotation (nodes)
-	macValues          []string // the distinct annotation values they wrote
-	watchEvents        map[string]float64
-	watchBytes         map[string]float64
-	cpuMillicores      []float64 // per pid of the measured processes (api, etcd)
-	agentCPU, agentRSS []float64 // millicores, MiB, per agent
+	start                time.Time
+	window               time.Duration
+	nodeWrites, writes   []string // by the agents: conditions (nodes/status), all
+	macWrites            []string // by the agents: the MAC annotation (nodes)
+	macValues            []string // the distinct annotation values they wrote
+	watchEvents          map[string]float64
+	watchBytes           map[string]float64
+	cpuMillicores        []float64 // per pid of the measured processes (api, etcd)
+	agentCPU, agentRSS   []float64 // millicores, MiB, per agent
+	agentAnon, agentFile []float64 // MiB per agent: RSS of anonymous memory (heap, stacks) and of mapped files (the binary)
 }
 
 // measure samples the API server's metrics, the audit log and /proc around a window.
@@ -367,7 +501,7 @@ func measure(ctx context.Context, cs kubernetes.Interface, auditLog string, wind
 	start := time.Now()
 	time.Sleep(window)
 	d := time.Since(start)
-	out := sample{window: d, watchEvents: map[string]float64{}, watchBytes: map[string]float64{}}
+	out := sample{start: start, window: d, watchEvents: map[string]float64{}, watchBytes: map[string]float64{}}
 	for i, p := range all {
 		t1, _ := cpuTicks(p)
 		mc := float64(t1-t0[i]) / 100 / d.Seconds() * 1000
@@ -377,6 +511,9 @@ func measure(ctx context.Context, cs kubernetes.Interface, auditLog string, wind
 			rss, _ := rssKiB(p)
 			out.agentCPU = append(out.agentCPU, mc)
 			out.agentRSS = append(out.agentRSS, float64(rss)/1024)
+			anon, file := rssSplitKiB(p)
+			out.agentAnon = append(out.agentAnon, float64(anon)/1024)
+			out.agentFile = append(out.agentFile, float64(file)/1024)
 		}
 	}
 	ev1, by1, err := watchMetrics(ctx, cs)
@@ -452,6 +589,47 @@ func label(line, name string) string {
 // scaleAgentWrites lists "verb resource/subresource" for every write by an agent.
 func scaleAgentWrites(auditLog string) ([]string, error) {
 	return auditWrites(auditLog, func(_, userAgent string) bool { return strings.HasPrefix(userAgent, "ipvs-guard") })
+}
+
+// statusPatch is one Node status patch an agent sent, from the audit log.
+type statusPatch struct {
+	received time.Time
+	node     string
+	code     int    // the API server's response code (409: a conflict, nothing written)
+	body     string // the strategic-merge patch as sent
+}
+
+// agentStatusPatches returns the agents' Node status patches received at or
+// after since, with their bodies (the audit policy logs them in full).
+func agentStatusPatches(auditLog string, since time.Time) ([]statusPatch, error) {
+	f, err := os.Open(auditLog)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []statusPatch
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 4<<20), 4<<20)
+	for sc.Scan() {
+		var ev struct {
+			Verb      string          `json:"verb"`
+			UserAgent string          `json:"userAgent"`
+			Received  time.Time       `json:"requestReceivedTimestamp"`
+			Request   json.RawMessage `json:"requestObject"`
+			ObjectRef struct {
+				Resource, Subresource, Name string
+			} `json:"objectRef"`
+			ResponseStatus struct {
+				Code int `json:"code"`
+			} `json:"responseStatus"`
+		}
+		if json.Unmarshal(sc.Bytes(), &ev) != nil || !strings.HasPrefix(ev.UserAgent, "ipvs-guard") ||
+			ev.Verb != "patch" || ev.ObjectRef.Resource != "nodes" || ev.ObjectRef.Subresource != "status" || ev.Received.Before(since) {
+			continue
+		}
+		out = append(out, statusPatch{received: ev.Received, node: ev.ObjectRef.Name, code: ev.ResponseStatus.Code, body: string(ev.Request)})
+	}
+	return out, sc.Err()
 }
 
 // macValues returns the distinct MAC annotation values the agents patched,
@@ -534,8 +712,11 @@ func report(o scaleOptions, base, with sample) error {
 	}
 	cpuAvg, cpuMax := stats(with.agentCPU)
 	rssAvg, rssMax := stats(with.agentRSS)
+	anonAvg, anonMax := stats(with.agentAnon)
+	fileAvg, fileMax := stats(with.agentFile)
 	fmt.Printf("  agent CPU avg %.1f / max %.1f millicores; RSS avg %.1f / max %.1f MiB (%d Nodes, %d Services cached)\n",
 		cpuAvg, cpuMax, rssAvg, rssMax, o.nodes, o.services)
+	fmt.Printf("    of which anonymous (heap, stacks) avg %.1f / max %.1f MiB, the mapped binary avg %.1f / max %.1f MiB\n", anonAvg, anonMax, fileAvg, fileMax)
 	apiBase, apiWith := base.cpuMillicores[0]+base.cpuMillicores[1], with.cpuMillicores[0]+with.cpuMillicores[1]
 	fmt.Printf("  kube-apiserver + etcd CPU: %.0f millicores baseline, %.0f with %d agents => %.1f millicores per agent\n",
 		apiBase, apiWith, o.agents, (apiWith-apiBase)/float64(o.agents))

@@ -12,7 +12,6 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -208,42 +207,6 @@ func isLB(obj any) bool {
 	}
 	s, ok := obj.(*corev1.Service)
 	return ok && s.Spec.Type == corev1.ServiceTypeLoadBalancer
-}
-
-// stripService drops what the agent never reads, to keep the cache small:
-// managed fields, annotations and every label but the proxy name kube-proxy
-// honours.
-func stripService(obj any) (any, error) {
-	if s, ok := obj.(*corev1.Service); ok {
-		s.ManagedFields = nil
-		s.Annotations = nil
-		s.Labels = keepLabel(s.Labels, serviceProxyNameLabel)
-	}
-	return obj, nil
-}
-
-// stripEndpointSlice keeps what the ipvs check reads: the Service name
-// label, ports, and each endpoint's addresses, conditions and node.
-func stripEndpointSlice(obj any) (any, error) {
-	if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
-		s.ManagedFields = nil
-		s.Annotations = nil
-		s.Labels = keepLabel(s.Labels, discoveryv1.LabelServiceName)
-		for i := range s.Endpoints {
-			e := &s.Endpoints[i]
-			e.TargetRef, e.Hints, e.Zone, e.Hostname, e.DeprecatedTopology = nil, nil, nil, nil, nil
-		}
-	}
-	return obj, nil
-}
-
-// keepLabel returns labels reduced to key (nil when absent).
-func keepLabel(labels map[string]string, key string) map[string]string {
-	v, ok := labels[key]
-	if !ok {
-		return nil
-	}
-	return map[string]string{key: v}
 }
 
 // stripNode keeps metadata (annotations carry MACs), spec and conditions;

@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/metadata"
 	metadatafake "k8s.io/client-go/metadata/fake"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
 )
 
 func lbService(ns, name string, ips ...string) *corev1.Service {
@@ -146,5 +148,36 @@ func TestStripKeepsWhatChecksRead(t *testing.T) {
 	}
 	if diff := cmp.Diff(wantSl, gotSl); diff != "" {
 		t.Errorf("endpoint slice (-want +got):\n%s", diff)
+	}
+}
+
+// TestStripServiceFields: what the ipvs check reads of a Service survives
+// the cache transform; what it does not read is dropped.
+func TestStripServiceFields(t *testing.T) {
+	local, vip := corev1.ServiceInternalTrafficPolicyLocal, corev1.LoadBalancerIPModeVIP
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: "u-1", ResourceVersion: "42", Generation: 3},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10", "fd00::10"},
+			ExternalIPs: []string{"203.0.113.1"}, Selector: map[string]string{"app": "web"}, SessionAffinity: corev1.ServiceAffinityClientIP,
+			IPFamilies:            []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
+			Ports:                 []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, NodePort: 30080}, {Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53}},
+			ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal, InternalTrafficPolicy: &local, HealthCheckNodePort: 31000},
+		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "192.0.2.1", IPMode: &vip, Hostname: "lb.example"}}},
+			Conditions: []metav1.Condition{{Type: "x"}}},
+	}
+	got, _ := stripService(svc)
+	want := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", ResourceVersion: "42"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10", "fd00::10"},
+			ExternalIPs:           []string{"203.0.113.1"},
+			Ports:                 []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}, {Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53}},
+			ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal, InternalTrafficPolicy: &local},
+		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "192.0.2.1", IPMode: &vip}}}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("service (-want +got):\n%s", diff)
+	}
+	if e := ipvscheck.ExpectedVirtualServers([]corev1.Service{*got.(*corev1.Service)}, nil, "n"); len(e) != 2*4 {
+		t.Errorf("expected virtual servers from the stripped Service: %d, want 8 (2 ports × 2 cluster IPs, external IP, ingress IP)", len(e))
 	}
 }

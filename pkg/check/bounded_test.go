@@ -47,3 +47,18 @@ func TestBounded(t *testing.T) {
 		t.Error("a run with an ended context ran")
 	}
 }
+
+// TestBoundedBackToBack: a run that returned is over. The next Run, started
+// the moment the last one returned (the workqueue does that under Service
+// churn), runs instead of failing with ErrStillRunning, which would turn the
+// condition Unknown and write the Node.
+func TestBoundedBackToBack(t *testing.T) {
+	b := Bound(Func{CheckName: "arp", Fn: func(context.Context) (Result, error) {
+		return Result{Status: StatusOK}, nil
+	}})
+	for i := range 20000 {
+		if _, err := b.Run(context.Background()); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+	}
+}

@@ -145,9 +145,14 @@ func (b *Bounded) Run(ctx context.Context) (Result, error) {
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		defer b.running.Store(false)
-		res, err := b.c.Run(ctx)
-		done <- outcome{res, err}
+		var o outcome
+		func() {
+			// Cleared before the outcome is handed over: a Run that
+			// starts the moment this one returns must find it over.
+			defer b.running.Store(false)
+			o.res, o.err = b.c.Run(ctx)
+		}()
+		done <- o
 	}()
 	select {
 	case o := <-done:
