@@ -444,8 +444,17 @@ func TestDryRunOnAPIServer(t *testing.T) {
 	if out, err := kubectl("", "apply", "--server-side", "-f", crds); err != nil {
 		t.Fatalf("applying monitoring CRDs: %v\n%s", err, out)
 	}
-	if out, err := kubectl("", "wait", "--for=condition=Established", "--timeout=60s", "crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com"); err != nil {
-		t.Fatalf("waiting for CRDs: %v\n%s", err, out)
+	// kubectl wait fails at once, rather than waiting, on a CRD whose status
+	// has no conditions yet (".status.conditions accessor error"): ask again
+	// until the deadline.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		out, err := kubectl("", "wait", "--for=condition=Established", "--timeout=30s", "crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for CRDs: %v\n%s", err, out)
+		}
 	}
 	ns := "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ipvs-guard\n"
 	if out, err := kubectl(ns, "apply", "--server-side", "-f", "-"); err != nil {
