@@ -306,10 +306,13 @@ func (e *e2e) scenarioSilentIPv6LoadBalancer() {
 	if err != nil || code != 0 {
 		t.Fatalf("step 6, kube-proxy programming the IPv6 VIPs: exit %d, %v:\n%s", code, err, out)
 	}
-	vs := e.g.run(ctx, t, `ipvsadm -Ln -t '[`+silentLBIP6+`]:80' && /usr/sbin/ip -6 -o addr show dev kube-ipvs0 | grep -F "inet6 `+silentLBIP6+`/"`)
-	if !strings.Contains(vs, "[fd00:10:244::12]:8080") {
-		t.Errorf("step 6: the IPv6 virtual server [%s]:80 has no real server [fd00:10:244::12]:8080:\n%s", silentLBIP6, vs)
-	}
+	// The virtual server can be in the table a moment before its real
+	// server (kube-proxy adds them one after the other): wait for both.
+	var vs string
+	e.poll("the IPv6 virtual server ["+silentLBIP6+"]:80 with its real server [fd00:10:244::12]:8080", func() (bool, string) {
+		vs = e.g.run(ctx, t, `ipvsadm -Ln -t '[`+silentLBIP6+`]:80' && /usr/sbin/ip -6 -o addr show dev kube-ipvs0 | grep -F "inet6 `+silentLBIP6+`/"`)
+		return strings.Contains(vs, "[fd00:10:244::12]:8080"), vs
+	})
 	e.tl.say("kube-proxy bound %s to kube-ipvs0 and programmed the IPv6 virtual server:", silentLBIP6)
 	e.tl.detail("%s", strings.TrimSpace(vs))
 
