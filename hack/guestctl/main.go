@@ -67,6 +67,18 @@ func newEnv() (env, error) {
 }
 
 // manifests reads base.manifest, $GUEST_MANIFESTS and the one-off additions.
+// manifestsFlag parses a subcommand whose only flag is the repeatable
+// -manifest and returns the manifests it names after $GUEST_MANIFESTS.
+func (e env) manifestsFlag(cmd string, args []string) ([]guestvm.Manifest, error) {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	var extra multi
+	fs.Var(&extra, "manifest", "a manifest after $GUEST_MANIFESTS (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return e.manifests(extra)
+}
+
 func (e env) manifests(extra []string) ([]guestvm.Manifest, error) {
 	names := append(strings.Fields(os.Getenv("GUEST_MANIFESTS")), extra...)
 	return guestvm.Manifests(e.repo, names, strings.Fields(os.Getenv("GUEST_EXTRA_MODULES")),
@@ -83,13 +95,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 	}
 	switch cmd, args := args[0], args[1:]; cmd {
 	case "packages":
-		fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-		var extra multi
-		fs.Var(&extra, "manifest", "a manifest after $GUEST_MANIFESTS (repeatable)")
-		if err := fs.Parse(args); err != nil {
-			return 0, err
-		}
-		ms, err := e.manifests(extra)
+		ms, err := e.manifestsFlag(cmd, args)
 		if err != nil {
 			return 0, err
 		}
@@ -118,13 +124,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 		fmt.Fprintln(stdout, dir)
 		return 0, nil
 	case "base":
-		fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-		var extra multi
-		fs.Var(&extra, "manifest", "a manifest after $GUEST_MANIFESTS (repeatable)")
-		if err := fs.Parse(args); err != nil {
-			return 0, err
-		}
-		ms, err := e.manifests(extra)
+		ms, err := e.manifestsFlag(cmd, args)
 		if err != nil {
 			return 0, err
 		}
