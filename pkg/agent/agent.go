@@ -94,6 +94,15 @@ type Agent struct {
 
 	// published turns true once conditions were first handed to the publisher.
 	published atomic.Bool
+	// viewSynced reports whether the view's caches completed their first
+	// list (nil without a view; a seam for tests).
+	viewSynced func() bool
+	// syncedAt is the unix-nano time the view's caches were first seen
+	// synced (0 until then). The first publication waits for a run of every
+	// check that started after it, so no check publishes a result it
+	// computed from empty caches (an Unknown, or a message that changes a
+	// moment later: two Node writes per agent start instead of one).
+	syncedAt atomic.Int64
 	// lastSync is the unix-nano time of the last finished sync (liveness).
 	lastSync atomic.Int64
 }
@@ -140,6 +149,7 @@ func New(cfg Config) (*Agent, error) {
 		workqueue.TypedRateLimitingQueueConfig[Key]{Name: "ipvs-guard", Clock: cfg.Clock})
 	if cfg.View != nil {
 		a.view = cfg.View
+		a.viewSynced = cfg.View.HasSynced
 		a.addHandlers()
 	}
 	return a, nil
@@ -298,6 +308,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	a.enqueueAll()
+	if a.viewSynced != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.awaitViewSync(ctx) }()
+	}
 	wg.Add(3)
 	go func() { defer wg.Done(); a.resyncLoop(ctx, dirs) }()
 	go func() { defer wg.Done(); a.initialPublishTimer(ctx) }()
@@ -331,6 +345,17 @@ func (a *Agent) resyncLoop(ctx context.Context, dirs *dirWatcher) {
 	}
 }
 
+// awaitViewSync notes when the view's caches first synced and runs every
+// check again then, for the first publication (see syncedAt).
+func (a *Agent) awaitViewSync(ctx context.Context) {
+	if !cache.WaitForCacheSync(ctx.Done(), a.viewSynced) {
+		return
+	}
+	a.syncedAt.Store(a.cfg.Clock.Now().UnixNano())
+	klog.FromContext(ctx).V(2).Info("Cluster caches synced; running every check again before the first publication")
+	a.enqueueAll()
+}
+
 func (a *Agent) initialPublishTimer(ctx context.Context) {
 	t := a.cfg.Clock.NewTimer(a.cfg.InitialPublishDelay)
 	defer t.Stop()
@@ -362,7 +387,12 @@ func (a *Agent) processNextWorkItem(ctx context.Context) bool {
 		a.queue.Forget(key)
 		return true
 	}
-	utilruntime.HandleErrorWithContext(ctx, err, "Sync failed; requeuing with backoff", "key", key)
+	if errors.Is(err, ErrNotSynced) {
+		// Expected while the caches fill (or the API server is away).
+		klog.FromContext(ctx).V(2).Info("Cluster caches not synced; requeuing with backoff", "key", key)
+	} else {
+		utilruntime.HandleErrorWithContext(ctx, err, "Sync failed; requeuing with backoff", "key", key)
+	}
 	a.queue.AddRateLimited(key)
 	return true
 }
@@ -418,16 +448,26 @@ func (a *Agent) syncNode(ctx context.Context) error {
 // publisher, once every check ran (or force, after the initial delay).
 func (a *Agent) publish(force bool) {
 	if a.cfg.Publisher == nil {
-		if force || a.store.AllRan() {
+		if force || a.readyToPublish() {
 			a.published.Store(true)
 		}
 		return
 	}
-	if !a.published.Load() && !force && !a.store.AllRan() {
+	if !a.published.Load() && !force && !a.readyToPublish() {
 		return
 	}
 	a.published.Store(true)
 	a.cfg.Publisher.SetConditions(nodestatus.Conditions(a.store.Snapshot(), a.enabled))
+}
+
+// readyToPublish: every check ran, and with a view, ran after its caches
+// synced (the initial delay forces publication if they never do).
+func (a *Agent) readyToPublish() bool {
+	if a.viewSynced == nil {
+		return a.store.AllRan()
+	}
+	t := a.syncedAt.Load()
+	return t != 0 && a.store.AllRanSince(time.Unix(0, t))
 }
 
 // Conditions returns the Node conditions computed from the latest results

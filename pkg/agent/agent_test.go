@@ -97,6 +97,12 @@ func startLoop(t *testing.T, cfg Config) *Agent {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return runLoop(t, a)
+}
+
+// runLoop runs a until the test ends.
+func runLoop(t *testing.T, a *Agent) *Agent {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = a.Run(ctx); close(done) }()
@@ -223,6 +229,58 @@ func TestInitialPublishDelay(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, pub.last()); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// TestFirstPublishWaitsForClusterCaches: results computed before the
+// cluster caches synced are not published; the first publication carries a
+// run of every check from after the sync, so an agent start costs one Node
+// write, not an Unknown (or an interim message) and then the real state.
+func TestFirstPublishWaitsForClusterCaches(t *testing.T) {
+	var synced atomic.Bool
+	var arpRuns atomic.Int64
+	arp := check.Func{CheckName: check.NameARP, Fn: func(context.Context) (check.Result, error) {
+		arpRuns.Add(1)
+		if !synced.Load() {
+			return check.Result{}, ErrNotSynced
+		}
+		return check.Result{Status: check.StatusOK, Reason: "Answered", Message: "Every probed IP answered."}, nil
+	}}
+	modules := &scriptedCheck{name: check.NameModules, seq: []scripted{{status: check.StatusOK}}}
+	pub := &recordingPublisher{}
+	a, err := New(Config{NodeName: "n", Checkers: []check.Checker{modules, arp}, Publisher: pub,
+		ResyncPeriod: time.Hour, InitialPublishDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.viewSynced = synced.Load
+	runLoop(t, a)
+	waitUntil(t, "both checks ran before the sync", func() bool { return modules.runs.Load() >= 1 && arpRuns.Load() >= 1 })
+	time.Sleep(50 * time.Millisecond)
+	if n := pub.count(); n != 0 {
+		t.Fatalf("published %d times before the caches synced: %v", n, pub.last())
+	}
+	if a.Ready() {
+		t.Error("ready before the first publication")
+	}
+	synced.Store(true)
+	waitUntil(t, "first publication", func() bool { return pub.count() > 0 })
+	time.Sleep(50 * time.Millisecond)
+	want := []nodestatus.Condition{
+		{Type: nodestatus.IPVSModulesMissing, Status: nodestatus.StatusFalse, Reason: "Rok", Message: "modules ok."},
+		{Type: nodestatus.LoadBalancerARPFailing, Status: nodestatus.StatusFalse, Reason: "Answered", Message: "Every probed IP answered."},
+	}
+	// The publisher writes only what changed: every set it was handed must
+	// be the final state, or a start would write the Node twice.
+	pub.mu.Lock()
+	for i, got := range pub.conds {
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("publication %d (-want +got):\n%s", i+1, diff)
+		}
+	}
+	pub.mu.Unlock()
+	if modules.runs.Load() < 2 {
+		t.Errorf("modules ran %d times: the sync did not run every check again", modules.runs.Load())
 	}
 }
 

@@ -15,17 +15,12 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-
 	"github.com/ipvs-guard/ipvs-guard/internal/guest"
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
-	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck/ipvschecktest"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 )
 
@@ -76,9 +71,9 @@ func BenchmarkGuestIPVSInspection(b *testing.B) {
 	loadModules(b, "ip_vs", "ip_vs_rr", "dummy")
 	var rules, addrs strings.Builder
 	for i := 0; i < benchVirtualServers; i++ {
-		vip := fmt.Sprintf("10.%d.%d.%d", 96+i/65536, (i/256)%256, i%256)
-		fmt.Fprintf(&rules, "-A -t %s:80 -s rr\n-a -t %s:80 -r 10.244.%d.%d:8080 -m -w 1\n-a -t %s:80 -r 10.245.%d.%d:8080 -m -w 1\n",
-			vip, vip, (i/256)%256, i%256, vip, (i/256)%256, i%256)
+		vip, eps := ipvschecktest.VIP(i), ipvschecktest.Endpoints(i)
+		fmt.Fprintf(&rules, "-A -t %[1]s:%[4]d -s rr\n-a -t %[1]s:%[4]d -r %[2]s:%[5]d -m -w 1\n-a -t %[1]s:%[4]d -r %[3]s:%[5]d -m -w 1\n",
+			vip, eps[0], eps[1], ipvschecktest.Port, ipvschecktest.TargetPort)
 		fmt.Fprintf(&addrs, "addr add %s/32 dev kube-ipvs0\n", vip)
 	}
 	start := time.Now()
@@ -115,8 +110,21 @@ func BenchmarkGuestIPVSInspection(b *testing.B) {
 	// The agent's ipvs check as it runs on every resync: the whole table
 	// read and compared with 10,000 Services (each with its two ready
 	// endpoints) from its caches. Its CPU time per run is the resync cost.
-	checker := resyncChecker(b, h)
-	var resyncCPU time.Duration
+	checker := ipvschecktest.NewChecker(b, benchVirtualServers, h, kubeproxy.ReadLink)
+	// The same comparison over the table and kube-ipvs0 as read once: its
+	// CPU here against BenchmarkCompare10000's on the host is the
+	// emulation factor for user-space work.
+	snapshot, err := h.Table(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	link, err := kubeproxy.ReadLink("kube-ipvs0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	compare := ipvschecktest.NewChecker(b, benchVirtualServers, ipvschecktest.Static(snapshot),
+		func(string) (kubeproxy.Link, error) { return link, nil })
+	var resyncCPU, compareCPU, tableCPU time.Duration
 
 	var sum = map[string]time.Duration{}
 	var rssDiagnose, rssIPVSAdm int64
@@ -130,11 +138,21 @@ func BenchmarkGuestIPVSInspection(b *testing.B) {
 			rssDiagnose = max(rssDiagnose, rss)
 		}},
 		{"table", func() {
-			s := time.Now()
+			s, c := time.Now(), cpuTime(b)
 			if _, err := h.Table(context.Background()); err != nil {
 				b.Fatal(err)
 			}
 			sum["table"] += time.Since(s)
+			tableCPU += cpuTime(b) - c
+		}},
+		{"compare", func() {
+			s, c := time.Now(), cpuTime(b)
+			res, err := compare.Run(context.Background())
+			if err != nil || res.Status != check.StatusOK {
+				b.Fatalf("ipvs check over the snapshot: %s %s %v", res.Status, res.Message, err)
+			}
+			sum["compare"] += time.Since(s)
+			compareCPU += cpuTime(b) - c
 		}},
 		{"resync", func() {
 			s, c := time.Now(), cpuTime(b)
@@ -163,6 +181,8 @@ func BenchmarkGuestIPVSInspection(b *testing.B) {
 		b.ReportMetric(ms(sum[n]), n+"-ms/op")
 	}
 	b.ReportMetric(ms(resyncCPU), "resync-cpu-ms/op")
+	b.ReportMetric(ms(compareCPU), "compare-cpu-ms/op")
+	b.ReportMetric(ms(tableCPU), "table-cpu-ms/op")
 	b.ReportMetric(float64(sum["diagnose"])/float64(sum["ipvsadm"]), "ratio-diagnose/ipvsadm")
 	b.ReportMetric(float64(sum["table"])/float64(sum["ipvsadm"]), "ratio-table/ipvsadm")
 	b.ReportMetric(float64(rssDiagnose)/1024, "diagnose-maxrss-MiB")
@@ -176,46 +196,4 @@ func cpuTime(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// resyncChecker is the ipvs check over h with the 10,000 Services the
-// benchmark's table serves, each with its two ready endpoints.
-func resyncChecker(b *testing.B, h ipvs.Interface) *ipvscheck.Checker {
-	b.Helper()
-	var cl benchCluster
-	ready := true
-	for i := 0; i < benchVirtualServers; i++ {
-		name := fmt.Sprintf("svc-%05d", i)
-		vip := fmt.Sprintf("10.%d.%d.%d", 96+i/65536, (i/256)%256, i%256)
-		cl.svcs = append(cl.svcs, corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: vip, ClusterIPs: []string{vip},
-				Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}}}})
-		port, proto := int32(8080), corev1.ProtocolTCP
-		cl.eps = append(cl.eps, discoveryv1.EndpointSlice{
-			ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: name}},
-			AddressType: discoveryv1.AddressTypeIPv4,
-			Endpoints: []discoveryv1.Endpoint{
-				{Addresses: []string{fmt.Sprintf("10.244.%d.%d", (i/256)%256, i%256)}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}},
-				{Addresses: []string{fmt.Sprintf("10.245.%d.%d", (i/256)%256, i%256)}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}},
-			},
-			Ports: []discoveryv1.EndpointPort{{Port: &port, Protocol: &proto}},
-		})
-	}
-	c, err := ipvscheck.NewChecker(ipvscheck.Config{IPVS: h, ReadLink: kubeproxy.ReadLink, Cluster: cl, NodeName: "bench",
-		Scheduler: func(context.Context) (string, string) { return "rr", kubeproxy.FromFlag }})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return c
-}
-
-// benchCluster serves fixed Services and EndpointSlices, as the agent's caches do.
-type benchCluster struct {
-	svcs []corev1.Service
-	eps  []discoveryv1.EndpointSlice
-}
-
-func (c benchCluster) Services(context.Context) ([]corev1.Service, error) { return c.svcs, nil }
-func (c benchCluster) EndpointSlices(context.Context) ([]discoveryv1.EndpointSlice, error) {
-	return c.eps, nil
 }

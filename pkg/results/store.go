@@ -102,11 +102,15 @@ func (s *Store) States() []State {
 }
 
 // AllRan reports whether every tracked check has finished at least one run.
-func (s *Store) AllRan() bool {
+func (s *Store) AllRan() bool { return s.AllRanSince(time.Time{}) }
+
+// AllRanSince reports whether every tracked check has finished a run that
+// started at t or later.
+func (s *Store) AllRanSince(t time.Time) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, st := range s.states {
-		if !st.Ran {
+		if !st.Ran || st.LastRun.Before(t) {
 			return false
 		}
 	}
