@@ -124,7 +124,7 @@ func BenchmarkGuestIPVSInspection(b *testing.B) {
 	}
 	compare := ipvschecktest.NewChecker(b, benchVirtualServers, ipvschecktest.Static(snapshot),
 		func(string) (kubeproxy.Link, error) { return link, nil })
-	var resyncCPU, compareCPU, tableCPU time.Duration
+	var resyncCPU, compareCPU, tableCPU, rttCPU time.Duration
 
 	var sum = map[string]time.Duration{}
 	var rssDiagnose, rssIPVSAdm int64
@@ -163,6 +163,11 @@ func BenchmarkGuestIPVSInspection(b *testing.B) {
 			sum["resync"] += time.Since(s)
 			resyncCPU += cpuTime(b) - c
 		}},
+		{"rtt", func() {
+			c := cpuTime(b)
+			netlinkRoundTrips(b, roundTrips)
+			rttCPU += cpuTime(b) - c
+		}},
 		{"ipvsadm", func() {
 			d, rss, _ := timedRun(b, "ipvsadm", "-Ln")
 			sum["ipvsadm"] += d
@@ -183,17 +188,9 @@ func BenchmarkGuestIPVSInspection(b *testing.B) {
 	b.ReportMetric(ms(resyncCPU), "resync-cpu-ms/op")
 	b.ReportMetric(ms(compareCPU), "compare-cpu-ms/op")
 	b.ReportMetric(ms(tableCPU), "table-cpu-ms/op")
+	b.ReportMetric(ms(rttCPU), "rtt-cpu-ms/op")
 	b.ReportMetric(float64(sum["diagnose"])/float64(sum["ipvsadm"]), "ratio-diagnose/ipvsadm")
 	b.ReportMetric(float64(sum["table"])/float64(sum["ipvsadm"]), "ratio-table/ipvsadm")
 	b.ReportMetric(float64(rssDiagnose)/1024, "diagnose-maxrss-MiB")
 	b.ReportMetric(float64(rssIPVSAdm)/1024, "ipvsadm-maxrss-MiB")
-}
-
-// cpuTime is this process's user + system CPU time so far.
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
