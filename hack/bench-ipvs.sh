@@ -7,7 +7,7 @@
 # ipvs check against 10,000 Services, CPU per run and millicores at 1/min,
 # under emulation and estimated natively: the same comparison code and the
 # same kind of netlink round trips run on the host and in the guest give the
-# emulation factors.
+# emulation factors for user-space and kernel CPU.
 # Knobs: GUEST_BENCHTIME (default 5x), GUEST_BENCH_COUNT (rounds, default 1).
 source "$(dirname "$0")/guest/lib.sh"
 cd "$REPO_ROOT"
@@ -54,11 +54,12 @@ END {
 	printf "  emulation factors (guest CPU / host CPU of the same code):\n"
 	printf "    the comparison (BenchmarkCompare10000)              %5.0f  (host %.1f ms)\n", user, ENVIRON["NATIVE_COMPARE_MS"]
 	printf "    10,000 netlink round trips (BenchmarkNetlinkRoundTrips) %5.0f  (host %.1f ms)\n", kernel, ENVIRON["NATIVE_RTT_MS"]
-	# The comparison scales by its own factor; the rest of a resync (the netlink dumps of the
-	# table and of kube-ipvs0, and decoding them) by the smaller factor: an upper bound.
-	rest = v("resync-cpu-ms/op") - v("compare-cpu-ms/op")
-	est = v("compare-cpu-ms/op") / user + rest / (kernel < user ? kernel : user)
-	printf "    => one resync natively, estimated (the comparison / its factor + the rest / the smaller factor):\n"
+	# The user-space CPU of a resync (decoding the netlink answers, the comparison) scales by the
+	# user-space factor, the kernel CPU (the netlink dumps of the table and of kube-ipvs0) by the
+	# netlink one.
+	printf "    the resync under emulation: user %.0f ms, system %.0f ms\n", v("resync-user-ms/op"), v("resync-sys-ms/op")
+	est = v("resync-user-ms/op") / user + v("resync-sys-ms/op") / kernel
+	printf "    => one resync natively, estimated (user CPU / user-space factor + system CPU / netlink factor):\n"
 	printf "       CPU %.0f ms, %.2f millicores at the default 1-minute resync (goal < 5)\n", est, est / 60
 	printf "  ratio diagnose / ipvsadm -Ln                        %9.2f (target <= 1.0)\n", v("ratio-diagnose/ipvsadm")
 	printf "  ratio table read / ipvsadm -Ln                      %9.2f\n", v("ratio-table/ipvsadm")

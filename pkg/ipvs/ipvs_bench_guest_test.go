@@ -124,7 +124,7 @@ func BenchmarkGuestIPVSInspection(b *testing.B) {
 	}
 	compare := ipvschecktest.NewChecker(b, benchVirtualServers, ipvschecktest.Static(snapshot),
 		func(string) (kubeproxy.Link, error) { return link, nil })
-	var resyncCPU, compareCPU, tableCPU, rttCPU time.Duration
+	var resyncUser, resyncSys, compareCPU, tableCPU, rttCPU time.Duration
 
 	var sum = map[string]time.Duration{}
 	var rssDiagnose, rssIPVSAdm int64
@@ -155,13 +155,15 @@ func BenchmarkGuestIPVSInspection(b *testing.B) {
 			compareCPU += cpuTime(b) - c
 		}},
 		{"resync", func() {
-			s, c := time.Now(), cpuTime(b)
+			s := time.Now()
+			u, k := cpuTimes(b)
 			res, err := checker.Run(context.Background())
 			if err != nil || res.Status != check.StatusOK {
 				b.Fatalf("ipvs check: %s %s %v", res.Status, res.Message, err)
 			}
 			sum["resync"] += time.Since(s)
-			resyncCPU += cpuTime(b) - c
+			u2, k2 := cpuTimes(b)
+			resyncUser, resyncSys = resyncUser+u2-u, resyncSys+k2-k
 		}},
 		{"rtt", func() {
 			c := cpuTime(b)
@@ -185,7 +187,9 @@ func BenchmarkGuestIPVSInspection(b *testing.B) {
 	for _, n := range []string{"diagnose", "table", "resync", "ipvsadm"} {
 		b.ReportMetric(ms(sum[n]), n+"-ms/op")
 	}
-	b.ReportMetric(ms(resyncCPU), "resync-cpu-ms/op")
+	b.ReportMetric(ms(resyncUser+resyncSys), "resync-cpu-ms/op")
+	b.ReportMetric(ms(resyncUser), "resync-user-ms/op")
+	b.ReportMetric(ms(resyncSys), "resync-sys-ms/op")
 	b.ReportMetric(ms(compareCPU), "compare-cpu-ms/op")
 	b.ReportMetric(ms(tableCPU), "table-cpu-ms/op")
 	b.ReportMetric(ms(rttCPU), "rtt-cpu-ms/op")

@@ -68,9 +68,15 @@ func BenchmarkNetlinkRoundTrips(b *testing.B) {
 
 // cpuTime is this process's user + system CPU time so far.
 func cpuTime(tb testing.TB) time.Duration {
+	u, k := cpuTimes(tb)
+	return u + k
+}
+
+// cpuTimes is this process's user and system CPU time so far.
+func cpuTimes(tb testing.TB) (user, sys time.Duration) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		tb.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
 }
