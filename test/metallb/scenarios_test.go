@@ -66,7 +66,7 @@ func (c *cluster) otherNodes(except string) []string {
 func (c *cluster) macs(nodes ...string) []string {
 	var out []string
 	for _, n := range nodes {
-		out = append(out, c.nodes[n].MAC)
+		out = append(out, c.mac(n))
 	}
 	slices.Sort(out)
 	return out
@@ -102,7 +102,7 @@ func (c *cluster) expectFailing(probers []string, reason string, want func(probe
 func (c *cluster) expectArping(t *testing.T, ip netip.Addr, probers []string, want func(prober string) []string) {
 	t.Helper()
 	for _, p := range probers {
-		r, err := c.nodes[p].Arping(c.ctx, ip, 100, 2*time.Second)
+		r, err := c.arping(p, ip, 100, 2*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,9 +117,19 @@ func (c *cluster) expectArping(t *testing.T, ip netip.Addr, probers []string, wa
 // kube-ipvs0, besides the speaker that announces it.
 func (c *cluster) strictARPOff(t *testing.T, ip netip.Addr, announcer string) {
 	probers := c.shardProbers(ip, announcer)
+	// The guest first: restarting its kube-proxy takes seconds, so the
+	// fault is timed from the namespace nodes' flip (and the fix likewise).
+	if c.guest != nil {
+		if err := c.setStrictARP(guestName, false); err != nil {
+			t.Fatal(err)
+		}
+	}
 	fault := time.Now()
 	for _, n := range c.order {
-		if err := c.nodes[n].SetStrictARP(c.ctx, false); err != nil {
+		if n == guestName {
+			continue
+		}
+		if err := c.setStrictARP(n, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -128,7 +138,7 @@ func (c *cluster) strictARPOff(t *testing.T, ip netip.Addr, announcer string) {
 	named := func(p string) []string {
 		var out []string
 		for _, n := range c.otherNodes(p) {
-			out = append(out, c.nodes[n].MAC+" ("+n+")")
+			out = append(out, c.mac(n)+" ("+n+")")
 		}
 		return out
 	}
@@ -155,9 +165,17 @@ func (c *cluster) strictARPOff(t *testing.T, ip netip.Addr, announcer string) {
 	c.figure("strictARP off → ARP conflict alert firing in Prometheus", "%.1fs", firing.Seconds())
 	c.figure("strictARP off → conflict notification at the webhook", "%.1fs", notified.Seconds())
 
+	if c.guest != nil {
+		if err := c.setStrictARP(guestName, true); err != nil {
+			t.Fatal(err)
+		}
+	}
 	fix := time.Now()
 	for _, n := range c.order {
-		if err := c.nodes[n].SetStrictARP(c.ctx, true); err != nil {
+		if n == guestName {
+			continue
+		}
+		if err := c.setStrictARP(n, true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -180,10 +198,10 @@ func (c *cluster) foreignHost(t *testing.T, ip netip.Addr, announcer string) {
 	if err := x.AddAddress(c.ctx, ip); err != nil {
 		t.Fatal(err)
 	}
-	named := func(string) []string { return []string{c.nodes[announcer].MAC + " (" + announcer + ")", x.MAC} }
+	named := func(string) []string { return []string{c.mac(announcer) + " (" + announcer + ")", x.MAC} }
 	d := c.expectFailing(probers, "ARPConflict", named, fault)
 	c.figure("foreign host claims the IP → LoadBalancerARPFailing=True", "%.1fs", d.Seconds())
-	want := []string{c.nodes[announcer].MAC, x.MAC}
+	want := []string{c.mac(announcer), x.MAC}
 	slices.Sort(want)
 	c.expectArping(t, ip, probers, func(string) []string { return want })
 	for _, p := range probers {
@@ -254,7 +272,7 @@ func (c *cluster) failover(t *testing.T, ip netip.Addr, old string) string {
 				return
 			default:
 			}
-			r, err := c.nodes[observer].Arping(c.ctx, ip, 1, time.Second)
+			r, err := c.arping(observer, ip, 1, time.Second)
 			if err == nil {
 				mu.Lock()
 				samples = append(samples, sample{at: time.Now(), node: "arping@" + observer, result: "macs", macs: r.MACs})
@@ -306,7 +324,7 @@ func (c *cluster) failover(t *testing.T, ip netip.Addr, old string) string {
 		}
 	}
 	var aLastOld, aFirstNew time.Time
-	oldMAC, newMAC := c.nodes[old].MAC, c.nodes[next].MAC
+	oldMAC, newMAC := c.mac(old), c.mac(next)
 	for _, s := range samples {
 		if s.result != "macs" {
 			continue
