@@ -166,7 +166,9 @@ func newClusterGuest(t testing.TB, ctx context.Context, names, speakerNodes []st
 		}
 	})
 	if withGuest {
+		join := time.Now()
 		c.joinGuest()
+		c.figure("guest: setup wait beyond the namespace nodes' (its boot overlaps theirs)", "%.1fs", time.Since(join).Seconds())
 		c.order = append(c.order, guestName)
 		c.waitFor("every agent publishes its MACs on its Node", waitLong, func() (bool, string) {
 			for _, n := range c.order {
@@ -351,7 +353,9 @@ func (c *cluster) service(name string, etp corev1.ServiceExternalTrafficPolicy, 
 	})
 	for _, n := range c.order {
 		if n == guestName && c.guest != nil {
+			start := time.Now()
 			c.guestWaitVIP(ip)
+			c.t.Logf("guest: kube-proxy bound %s to kube-ipvs0 and programmed its virtual server %.1fs after MetalLB assigned it", ip, time.Since(start).Seconds())
 			continue
 		}
 		if err := c.nodes[n].AddVIP(c.ctx, ip); err != nil {
