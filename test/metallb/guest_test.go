@@ -249,8 +249,12 @@ func (c *cluster) joinGuest() {
 		c.t.Fatal(err)
 	}
 	c.guestRun(fmt.Sprintf("cat >/run/e2e/node.kubeconfig <<'EOF'\n%s\nEOF\n", kc))
+	// The segment and the cluster are IPv4 only: with IPv6 off, kube-proxy
+	// runs single-stack (it checks disable_ipv6), so one sync round runs
+	// ipset and iptables-restore for one family, not two.
 	c.guestRun(`/usr/libexec/kmod/modprobe -a ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh nf_conntrack &&
-printf 'ip_vs\nip_vs_rr\nip_vs_wrr\nip_vs_sh\nnf_conntrack\n' >/etc/modules-load.d/ipvs.conf`)
+printf 'ip_vs\nip_vs_rr\nip_vs_wrr\nip_vs_sh\nnf_conntrack\n' >/etc/modules-load.d/ipvs.conf &&
+echo 1 >/proc/sys/net/ipv6/conf/all/disable_ipv6`)
 	c.startKubeProxy(true)
 	c.waitGuest("kube-proxy sets strictARP's sysctls in the guest", 3*time.Minute, `[ "$(cat /proc/sys/net/ipv4/conf/all/arp_ignore)$(cat /proc/sys/net/ipv4/conf/all/arp_announce)" = 12 ]`)
 	c.guestRun(`NODE_NAME=` + guestName + ` bg_start agent /usr/libexec/e2e/setpriv --bounding-set -all,+net_admin,+net_raw --inh-caps -all --no-new-privs -- ` +
@@ -289,9 +293,8 @@ func (c *cluster) guestSetStrictARP(on bool) {
 
 // guestWaitVIP waits until the guest's kube-proxy has ip on kube-ipvs0 and
 // a virtual server for it. Under TCG on a busy host one kube-proxy sync
-// round (dual-stack: ipset and iptables-restore runs for both families)
-// takes tens of seconds, so this is timed and reported, and kept out of
-// the product's own figures.
+// round (ipset and iptables-restore runs) takes many seconds, so this is
+// timed and reported, and kept out of the product's own figures.
 func (c *cluster) guestWaitVIP(ip netip.Addr) {
 	c.t.Helper()
 	c.guestRun(`kp_wait_table 180 ` + ip.String())
