@@ -217,6 +217,7 @@ func (c *cluster) arping(node string, ip netip.Addr, count int, deadline time.Du
 func (c *cluster) setStrictARP(node string, on bool) error {
 	if node == guestName && c.guest != nil {
 		c.guestSetStrictARP(on)
+		c.guestWaitSynced()
 		return nil
 	}
 	return c.nodes[node].SetStrictARP(c.ctx, on)
