@@ -216,8 +216,7 @@ func (c *cluster) arping(node string, ip netip.Addr, count int, deadline time.Du
 // --ipvs-strict-arp on the guest.
 func (c *cluster) setStrictARP(node string, on bool) error {
 	if node == guestName && c.guest != nil {
-		c.guestSetStrictARP(on)
-		c.guestWaitSynced()
+		_ = c.guestSetStrictARP(on)
 		return nil
 	}
 	return c.nodes[node].SetStrictARP(c.ctx, on)

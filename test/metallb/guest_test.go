@@ -293,20 +293,30 @@ func (c *cluster) guestWaitSynced() {
 
 // guestSetStrictARP is what an operator does on a real node: kube-proxy
 // restarted with --ipvs-strict-arp as asked. kube-proxy sets
-// arp_ignore=1/arp_announce=2 when it is on and leaves them alone when it is
-// off, so turning it off also puts the kernel's defaults (0/0) back.
-func (c *cluster) guestSetStrictARP(on bool) {
+// arp_ignore=1/arp_announce=2 at start when it is on and leaves them alone
+// when it is off (a node's reboot then brings back the kernel's 0/0), so
+// turning it off restarts kube-proxy, waits until its first sync round is
+// over (a guest that busy answers ARP late), then puts 0/0 back. It returns
+// when the guest's ARP behaviour changed: the sysctls written, or
+// kube-proxy started.
+func (c *cluster) guestSetStrictARP(on bool) time.Time {
 	c.t.Helper()
-	if !on {
-		c.guestRun(`kp_stop >/dev/null; for k in arp_ignore arp_announce; do echo 0 >/proc/sys/net/ipv4/conf/all/$k; done`)
+	var changed time.Time
+	if on {
+		changed = time.Now()
 	}
 	c.startKubeProxy(on)
-	want := "00"
-	if on {
-		want = "12"
+	c.waitGuest("the guest's kube-proxy serves /proxyMode", 3*time.Minute, `[ "$(wget -qO- http://127.0.0.1:10249/proxyMode)" = ipvs ]`)
+	want := "12"
+	if !on {
+		c.guestWaitSynced()
+		changed = time.Now()
+		c.guestRun(`for k in arp_ignore arp_announce; do echo 0 >/proc/sys/net/ipv4/conf/all/$k; done`)
+		want = "00"
 	}
 	c.waitGuest("the guest's arp_ignore/arp_announce are "+want, 3*time.Minute,
-		`[ "$(cat /proc/sys/net/ipv4/conf/all/arp_ignore)$(cat /proc/sys/net/ipv4/conf/all/arp_announce)" = `+want+` ] && [ "$(wget -qO- http://127.0.0.1:10249/proxyMode)" = ipvs ]`)
+		`[ "$(cat /proc/sys/net/ipv4/conf/all/arp_ignore)$(cat /proc/sys/net/ipv4/conf/all/arp_announce)" = `+want+` ]`)
+	return changed
 }
 
 // guestWaitVIP waits until the guest's kube-proxy has ip on kube-ipvs0 and
@@ -410,16 +420,15 @@ func (c *cluster) guestStrictARPOff(t *testing.T, ip netip.Addr, announcer strin
 	})
 	sdWarn, sdNormal := c.eventCount(guestName, "Warning", "StrictARPDisabled", ""), c.eventCount(guestName, "Normal", "StrictARPDisabled", "")
 
-	fault := time.Now()
-	c.guestSetStrictARP(false)
-	t.Logf("guest: kube-proxy restarted with --ipvs-strict-arp=false after %.1fs; arp_ignore=0 arp_announce=0; kube-ipvs0: %s", time.Since(fault).Seconds(),
+	restart := time.Now()
+	fault := c.guestSetStrictARP(false)
+	t.Logf("guest: kube-proxy restarted with --ipvs-strict-arp=false and synced after %.1fs, then arp_ignore=0 arp_announce=0; kube-ipvs0: %s", fault.Sub(restart).Seconds(),
 		strings.TrimSpace(c.guestRun(`ip -o -4 addr show dev kube-ipvs0 | grep -F "`+ip.String()+`/"`)))
 	named := func(string) []string {
 		return []string{c.mac(announcer) + " (" + announcer + ")", c.mac(guestName) + " (" + guestName + ")"}
 	}
 	d := c.expectFailing(victims, "ARPConflict", named, fault)
-	c.figure("guest strictARP off (kube-proxy restart) → LoadBalancerARPFailing=True", "%.1fs", d.Seconds())
-	c.guestWaitSynced()
+	c.figure("guest strictARP off (arp_ignore/arp_announce 0) → LoadBalancerARPFailing=True", "%.1fs", d.Seconds())
 	c.waitFor("StrictARPDisabled=True on the guest", waitLong, func() (bool, string) {
 		cd := c.condition(guestName, "StrictARPDisabled")
 		return cd.Status == corev1.ConditionTrue, string(cd.Status) + " " + cd.Reason + ": " + cd.Message
@@ -443,9 +452,8 @@ func (c *cluster) guestStrictARPOff(t *testing.T, ip netip.Addr, announcer strin
 		t.Errorf("guest: ipvs_guard_node_condition_status{condition=StrictARPDisabled,status=True} = %v (present %v), want 1", v, ok)
 	}
 
-	fix := time.Now()
-	c.guestSetStrictARP(true)
-	t.Logf("guest: kube-proxy restarted with --ipvs-strict-arp=true after %.1fs: arp_ignore=1 arp_announce=2", time.Since(fix).Seconds())
+	fix := c.guestSetStrictARP(true)
+	t.Logf("guest: kube-proxy restarted with --ipvs-strict-arp=true: arp_ignore=1 arp_announce=2 after %.1fs", time.Since(fix).Seconds())
 	c.expectAnswered(t, ip, announcer)
 	c.figure("guest strictARP back on (kube-proxy restart) → LoadBalancerARPFailing=False", "%.1fs", time.Since(fix).Seconds())
 	c.guestWaitSynced()

@@ -117,8 +117,9 @@ func (c *cluster) expectArping(t *testing.T, ip netip.Addr, probers []string, wa
 // kube-ipvs0, besides the speaker that announces it.
 func (c *cluster) strictARPOff(t *testing.T, ip netip.Addr, announcer string) {
 	probers := c.shardProbers(ip, announcer)
-	// The guest first: restarting its kube-proxy takes seconds, so the
-	// fault is timed from the namespace nodes' flip (and the fix likewise).
+	// The guest first: its kube-proxy restart and sync take a while, and
+	// its sysctls flip last, just before the namespace nodes', from which
+	// the fault is timed (an alert cannot fire in that second).
 	if c.guest != nil {
 		if err := c.setStrictARP(guestName, false); err != nil {
 			t.Fatal(err)
@@ -144,6 +145,9 @@ func (c *cluster) strictARPOff(t *testing.T, ip netip.Addr, announcer string) {
 	}
 	cond := c.expectFailing(probers, "ARPConflict", named, fault)
 	c.figure("strictARP off → LoadBalancerARPFailing=True on the API server", "%.1fs", cond.Seconds())
+	firing, notified := c.expectAlert("IPVSGuardLoadBalancerIPARPConflict", map[string]string{"ip": ip.String(), "service": "default/web"}, fault)
+	c.figure("strictARP off → ARP conflict alert firing in Prometheus", "%.1fs", firing.Seconds())
+	c.figure("strictARP off → conflict notification at the webhook", "%.1fs", notified.Seconds())
 	c.waitFor("StrictARPDisabled=True on every node", waitLong, func() (bool, string) {
 		for _, n := range c.order {
 			if cd := c.condition(n, "StrictARPDisabled"); cd.Status != corev1.ConditionTrue {
@@ -161,14 +165,14 @@ func (c *cluster) strictARPOff(t *testing.T, ip netip.Addr, announcer string) {
 			t.Errorf("node %s: ipvs_guard_arp_responders for %s is %v, want %v", p, ip, n, wantN)
 		}
 	}
-	firing, notified := c.expectAlert("IPVSGuardLoadBalancerIPARPConflict", map[string]string{"ip": ip.String(), "service": "default/web"}, fault)
-	c.figure("strictARP off → ARP conflict alert firing in Prometheus", "%.1fs", firing.Seconds())
-	c.figure("strictARP off → conflict notification at the webhook", "%.1fs", notified.Seconds())
 
+	// The guest first (restart and sync take a while; the conflict stays
+	// meanwhile), so the fix is timed from the namespace nodes' flip.
 	if c.guest != nil {
 		if err := c.setStrictARP(guestName, true); err != nil {
 			t.Fatal(err)
 		}
+		c.guestWaitSynced()
 	}
 	fix := time.Now()
 	for _, n := range c.order {
