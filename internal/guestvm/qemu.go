@@ -4,6 +4,7 @@ package guestvm
 
 import (
 	"cmp"
+	"fmt"
 	"os"
 	"strings"
 )
@@ -30,6 +31,18 @@ type Machine struct {
 	HostFwd string
 	// NoReboot makes a guest reboot end QEMU instead of resetting the machine.
 	NoReboot bool
+	// Taps are extra virtio NICs, each on an existing host tap device (e.g.
+	// one enslaved to a bridge), after the user network's NIC.
+	Taps []TapNIC
+}
+
+// TapNIC is a guest NIC backed by a host tap device.
+type TapNIC struct {
+	// Ifname is the tap device on the host (it must exist; QEMU runs no
+	// script to create or configure it).
+	Ifname string
+	// MAC is the guest NIC's address, which tells it apart in the guest.
+	MAC string
 }
 
 // HostAddr is the host's 127.0.0.1 as the guest reaches it with Machine.Net.
@@ -53,6 +66,11 @@ func (m Machine) Args() []string {
 		}
 		// romfile=: no iPXE option ROM (the kernel is booted directly).
 		args = append(args, "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0,romfile=")
+	}
+	for i, tap := range m.Taps {
+		id := fmt.Sprintf("tap%d", i)
+		args = append(args, "-netdev", "tap,id="+id+",ifname="+tap.Ifname+",script=no,downscript=no",
+			"-device", "virtio-net-pci,netdev="+id+",mac="+tap.MAC+",romfile=")
 	}
 	for _, d := range m.Drives {
 		args = append(args, "-drive", d)

@@ -40,16 +40,28 @@ var unicastReply = regexp.MustCompile(`(?m)^Unicast reply from (\S+) \[([0-9A-Fa
 // address answers every request. To hear every responder, pass a count
 // above the number of replies expected.
 func (n *Node) Arping(ctx context.Context, ip netip.Addr, count int, deadline time.Duration) (ArpingResult, error) {
-	cmd := n.Command(ctx, "arping", "-b", "-I", "eth0", "-c", strconv.Itoa(count), "-w", strconv.Itoa(int(deadline.Seconds()+0.5)), ip.String())
-	out, err := cmd.CombinedOutput()
-	res := ArpingResult{Output: string(out)}
+	args := ArpingArgs("eth0", ip, count, deadline)
+	out, err := n.Command(ctx, args[0], args[1:]...).CombinedOutput()
+	exit := 0
 	if err != nil {
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) {
-			return res, fmt.Errorf("running arping in %s: %w", n.NetNS, err)
+			return ArpingResult{Output: string(out)}, fmt.Errorf("running arping in %s: %w", n.NetNS, err)
 		}
-		res.Exit = ee.ExitCode()
+		exit = ee.ExitCode()
 	}
+	return ParseArping(string(out), exit, ip)
+}
+
+// ArpingArgs is the iputils arping command line Arping runs, on iface:
+// for a host that runs it by other means (a guest on the segment).
+func ArpingArgs(iface string, ip netip.Addr, count int, deadline time.Duration) []string {
+	return []string{"arping", "-b", "-I", iface, "-c", strconv.Itoa(count), "-w", strconv.Itoa(int(deadline.Seconds() + 0.5)), ip.String()}
+}
+
+// ParseArping reads the output and exit code of an ArpingArgs run for ip.
+func ParseArping(out string, exit int, ip netip.Addr) (ArpingResult, error) {
+	res := ArpingResult{Exit: exit, Output: out}
 	for _, m := range unicastReply.FindAllStringSubmatch(res.Output, -1) {
 		if m[1] != ip.String() {
 			return res, fmt.Errorf("arping printed a reply for %s while probing %s:\n%s", m[1], ip, res.Output)

@@ -44,6 +44,7 @@ type Segment struct {
 
 	mu    sync.Mutex
 	nodes []*Node
+	taps  []string
 	next  netip.Addr
 }
 
@@ -147,7 +148,56 @@ func (s *Segment) Close() {
 	for _, n := range nodes {
 		_ = run(ctx, "ip", "netns", "del", n.NetNS)
 	}
+	s.mu.Lock()
+	taps := s.taps
+	s.taps = nil
+	s.mu.Unlock()
+	for _, tap := range taps {
+		_ = run(ctx, "ip", "link", "del", tap)
+	}
 	_ = run(ctx, "ip", "link", "del", s.Bridge)
+}
+
+// Tap is a host tap device plugged into the bridge, for a virtual machine
+// that joins the segment (internal/guestvm's Machine.Taps): the machine's
+// NIC takes MAC and, configured inside the machine, IP.
+type Tap struct {
+	// Name is the machine's short name (also its Kubernetes Node name).
+	Name string
+	// Ifname is the tap device in the host's namespace.
+	Ifname string
+	// IP is the address reserved for the machine's NIC.
+	IP netip.Addr
+	// MAC is the address the machine's NIC must take (locally
+	// administered, random).
+	MAC string
+}
+
+// AddTap creates a tap device enslaved to the bridge and reserves the next
+// free address and a random MAC for the machine that opens it. Close
+// deletes it.
+func (s *Segment) AddTap(ctx context.Context, name string) (*Tap, error) {
+	b := make([]byte, 4)
+	if _, err := rand.Read(b); err != nil {
+		return nil, err
+	}
+	// 52:54:00 is QEMU's prefix; the locally administered bit is set in
+	// the first octet either way, so it never collides with a real NIC.
+	tap := &Tap{Name: name, Ifname: s.Prefix + "t" + name, IP: s.NextIP(),
+		MAC: fmt.Sprintf("52:54:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3])}
+	if len(tap.Ifname) > 15 {
+		return nil, fmt.Errorf("tap name %q longer than IFNAMSIZ", tap.Ifname)
+	}
+	if err := run(ctx, "ip", "tuntap", "add", "dev", tap.Ifname, "mode", "tap"); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.taps = append(s.taps, tap.Ifname)
+	s.mu.Unlock()
+	if err := run(ctx, "ip", "link", "set", tap.Ifname, "master", s.Bridge, "up"); err != nil {
+		return nil, err
+	}
+	return tap, nil
 }
 
 // Command returns a command that runs inside the node's namespace.

@@ -68,6 +68,11 @@ type cluster struct {
 	poolFirst netip.Addr
 	alerts    *alerttest.Stack
 	figs      []figure
+	// guest is the QEMU node on the segment (nil without one); it is
+	// last in order.
+	guest *guestNode
+	// assigned is when MetalLB assigned each LoadBalancer IP.
+	assigned map[netip.Addr]time.Time
 }
 
 func repoRoot(t testing.TB) string {
@@ -83,6 +88,13 @@ func repoRoot(t testing.TB) string {
 // nodes names, MetalLB with a speaker on each of speakerNodes, and an agent
 // on every node.
 func newCluster(t testing.TB, ctx context.Context, names, speakerNodes []string) *cluster {
+	return newClusterGuest(t, ctx, names, speakerNodes, false)
+}
+
+// newClusterGuest is newCluster, plus, with withGuest, the QEMU guest as
+// node "guest" (real kernel, real kube-proxy in IPVS mode, an agent, no
+// speaker) on a tap of the bridge, booted while the rest starts.
+func newClusterGuest(t testing.TB, ctx context.Context, names, speakerNodes []string, withGuest bool) *cluster {
 	testenv.RequireRoot(t)
 	testenv.Require(t, l2segment.Check() == nil, fmt.Sprint(l2segment.Check()))
 	root := repoRoot(t)
@@ -91,8 +103,17 @@ func newCluster(t testing.TB, ctx context.Context, names, speakerNodes []string)
 	_, err := exec.LookPath("setpriv")
 	testenv.Require(t, err == nil, "util-linux setpriv needed")
 
-	c := &cluster{t: t, ctx: ctx, dir: t.TempDir(), nodes: map[string]*l2segment.Node{}, agents: map[string]*proc.Process{}, trees: map[string]string{}}
+	c := &cluster{t: t, ctx: ctx, dir: t.TempDir(), nodes: map[string]*l2segment.Node{}, agents: map[string]*proc.Process{}, trees: map[string]string{},
+		assigned: map[netip.Addr]time.Time{}}
 	c.bin = ipvsguardtest.Binary(t)
+
+	if c.seg, err = l2segment.New(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.seg.Close)
+	if withGuest {
+		c.bootGuest()
+	}
 
 	c.srv = apiservertest.Start(t, apiservertest.Options{ExtraFlags: []string{"--bind-address=0.0.0.0"}})
 	if c.kube, err = kubernetes.NewForConfig(c.srv.AdminConfig()); err != nil {
@@ -101,11 +122,6 @@ func newCluster(t testing.TB, ctx context.Context, names, speakerNodes []string)
 	if c.dyn, err = dynamic.NewForConfig(c.srv.AdminConfig()); err != nil {
 		t.Fatal(err)
 	}
-
-	if c.seg, err = l2segment.New(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.seg.Close)
 	for _, n := range names {
 		node, err := c.seg.AddNode(ctx, n)
 		if err != nil {
@@ -113,7 +129,7 @@ func newCluster(t testing.TB, ctx context.Context, names, speakerNodes []string)
 		}
 		c.nodes[n] = node
 		c.order = append(c.order, n)
-		c.createNode(node)
+		c.createNode(n, node.IP)
 	}
 	// The pool: the top of the segment's /24, on-link for every node.
 	sub := c.seg.Subnet.Addr().As4()
@@ -152,7 +168,58 @@ func newCluster(t testing.TB, ctx context.Context, names, speakerNodes []string)
 			c.dumpLogs()
 		}
 	})
+	if withGuest {
+		join := time.Now()
+		c.joinGuest()
+		c.figure("guest: setup wait beyond the namespace nodes' (its boot overlaps theirs)", "%.1fs", time.Since(join).Seconds())
+		c.order = append(c.order, guestName)
+		c.waitFor("every agent publishes its MACs on its Node", waitLong, func() (bool, string) {
+			for _, n := range c.order {
+				node, err := c.kube.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+				if err != nil || node.Annotations[agent.MACsAnnotation] == "" {
+					return false, fmt.Sprintf("node %s: no %s annotation (%v)", n, agent.MACsAnnotation, err)
+				}
+			}
+			return true, ""
+		})
+	}
 	return c
+}
+
+// ip returns a node's address on the segment.
+func (c *cluster) ip(node string) netip.Addr {
+	if node == guestName && c.guest != nil {
+		return c.guest.IP()
+	}
+	return c.nodes[node].IP
+}
+
+// mac returns the MAC of a node's NIC on the segment.
+func (c *cluster) mac(node string) string {
+	if node == guestName && c.guest != nil {
+		return c.guest.MAC()
+	}
+	return c.nodes[node].MAC
+}
+
+// arping runs iputils arping for ip on the node's segment NIC (see
+// l2segment.Node.Arping).
+func (c *cluster) arping(node string, ip netip.Addr, count int, deadline time.Duration) (l2segment.ArpingResult, error) {
+	if node == guestName && c.guest != nil {
+		return c.guestArping(ip, count, deadline)
+	}
+	return c.nodes[node].Arping(c.ctx, ip, count, deadline)
+}
+
+// setStrictARP turns kube-proxy's strictARP on or off on a node: the
+// sysctls it sets on a namespace node, kube-proxy restarted with
+// --ipvs-strict-arp on the guest.
+func (c *cluster) setStrictARP(node string, on bool) error {
+	if node == guestName && c.guest != nil {
+		_ = c.guestSetStrictARP(on)
+		return nil
+	}
+	return c.nodes[node].SetStrictARP(c.ctx, on)
 }
 
 func freePort(t testing.TB) int {
@@ -166,17 +233,17 @@ func freePort(t testing.TB) int {
 }
 
 // createNode creates a Ready Node with the node's address, as kubelet would.
-func (c *cluster) createNode(n *l2segment.Node) {
+func (c *cluster) createNode(name string, ip netip.Addr) {
 	c.t.Helper()
 	node, err := c.kube.CoreV1().Nodes().Create(c.ctx, &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: map[string]string{"kubernetes.io/hostname": n.Name}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	now := metav1.Now()
 	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}
-	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.IP.String()}, {Type: corev1.NodeHostName, Address: n.Name}}
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}, {Type: corev1.NodeHostName, Address: name}}
 	if _, err := c.kube.CoreV1().Nodes().UpdateStatus(c.ctx, node, metav1.UpdateOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
@@ -240,11 +307,15 @@ func (c *cluster) dumpLogs() {
 			c.t.Logf("--- last log lines of %s:\n%s", p.Name, p.Tail(3000))
 		}
 	}
+	if c.guest != nil {
+		c.t.Logf("%s", c.guestLogs())
+	}
 }
 
 // service creates a LoadBalancer Service with one ready endpoint on
 // endpointNode, and waits for MetalLB's controller to assign its IP, which
-// it then puts on every node's kube-ipvs0 as kube-proxy would.
+// it then puts on every namespace node's kube-ipvs0 as kube-proxy would;
+// on the guest the real kube-proxy does it (guestWaitVIP).
 func (c *cluster) service(name string, etp corev1.ServiceExternalTrafficPolicy, endpointNode string) netip.Addr {
 	c.t.Helper()
 	_, err := c.kube.CoreV1().Services("default").Create(c.ctx, &corev1.Service{
@@ -284,6 +355,11 @@ func (c *cluster) service(name string, etp corev1.ServiceExternalTrafficPolicy, 
 		return err == nil, fmt.Sprint(err)
 	})
 	for _, n := range c.order {
+		if n == guestName && c.guest != nil {
+			// kube-proxy's business; the guest's scenarios wait for it.
+			c.assigned[ip] = time.Now()
+			continue
+		}
 		if err := c.nodes[n].AddVIP(c.ctx, ip); err != nil {
 			c.t.Fatal(err)
 		}
@@ -301,7 +377,9 @@ func (c *cluster) deleteService(name string, ip netip.Addr) {
 		c.t.Fatal(err)
 	}
 	for _, n := range c.order {
-		_ = c.nodes[n].DelVIP(c.ctx, ip)
+		if n != guestName || c.guest == nil { // kube-proxy's business on the guest
+			_ = c.nodes[n].DelVIP(c.ctx, ip)
+		}
 	}
 }
 
@@ -358,7 +436,7 @@ func (c *cluster) waitFor(what string, timeout time.Duration, fn func() (bool, s
 
 // scrape reads an agent's /metrics.
 func (c *cluster) scrape(node string) (map[string]*dto.MetricFamily, error) {
-	url := fmt.Sprintf("http://%s:%d/metrics", c.nodes[node].IP, agentPort)
+	url := fmt.Sprintf("http://%s:%d/metrics", c.ip(node), agentPort)
 	ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -435,7 +513,7 @@ func (c *cluster) startAlerting(forDur time.Duration) {
 	c.t.Helper()
 	var targets []alerttest.Target
 	for _, n := range c.order {
-		targets = append(targets, alerttest.Target{Node: n, Address: fmt.Sprintf("%s:%d", c.nodes[n].IP, agentPort)})
+		targets = append(targets, alerttest.Target{Node: n, Address: fmt.Sprintf("%s:%d", c.ip(n), agentPort)})
 	}
 	dir := filepath.Join(c.dir, "alerting")
 	if err := os.MkdirAll(dir, 0o755); err != nil {

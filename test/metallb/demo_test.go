@@ -26,7 +26,7 @@ func TestMetalLBDemo(t *testing.T) {
 	fmt.Fprintln(os.Stdout, "\n== MetalLB on a layer-2 segment: three nodes (network namespaces on one bridge), each with a MetalLB speaker and an ipvs-guard agent")
 	c := newCluster(t, ctx, []string{"a", "b", "c"}, []string{"a", "b", "c"})
 	for _, n := range c.order {
-		say("node %s: %s, MAC %s", n, c.nodes[n].IP, c.nodes[n].MAC)
+		say("node %s: %s, MAC %s", n, c.ip(n), c.mac(n))
 	}
 	ip := c.service("web", corev1.ServiceExternalTrafficPolicyCluster, "a")
 	announcer := c.waitAnnouncer("web", "")
@@ -39,29 +39,29 @@ func TestMetalLBDemo(t *testing.T) {
 	victim := probers[len(probers)-1]
 	fmt.Fprintf(os.Stdout, "\n== strictARP turned off on node %s (arp_ignore=0): its kernel answers for the IP on its kube-ipvs0 too\n", culprit)
 	fault := time.Now()
-	if err := c.nodes[culprit].SetStrictARP(ctx, false); err != nil {
+	if err := c.setStrictARP(culprit, false); err != nil {
 		t.Fatal(err)
 	}
 	named := func(p string) []string {
 		if p == culprit {
-			return []string{c.nodes[announcer].MAC + " (" + announcer + ")"}
+			return []string{c.mac(announcer) + " (" + announcer + ")"}
 		}
-		return []string{c.nodes[announcer].MAC + " (" + announcer + ")", c.nodes[culprit].MAC + " (" + culprit + ")"}
+		return []string{c.mac(announcer) + " (" + announcer + ")", c.mac(culprit) + " (" + culprit + ")"}
 	}
 	d := c.expectFailing([]string{victim}, "ARPConflict", named, fault)
 	cond := c.condition(victim, "LoadBalancerARPFailing")
 	say("after %.1fs, node %s: LoadBalancerARPFailing=True %s", d.Seconds(), victim, cond.Reason)
 	say("  %s", cond.Message)
-	r, err := c.nodes[victim].Arping(ctx, ip, 100, 2*time.Second)
+	r, err := c.arping(victim, ip, 100, 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	say("arping from %s at the same moment: %s", victim, strings.Join(r.MACs, ", "))
 	sd := c.condition(culprit, "StrictARPDisabled")
 	say("node %s: StrictARPDisabled=%s %s", culprit, sd.Status, sd.Reason)
-	if err := c.nodes[culprit].SetStrictARP(ctx, true); err != nil {
+	if err := c.setStrictARP(culprit, true); err != nil {
 		t.Fatal(err)
 	}
 	c.expectAnswered(t, ip, announcer)
-	say("strictARP back on: the agents see %s alone again (demo part took %.0fs)", c.nodes[announcer].MAC, time.Since(start).Seconds())
+	say("strictARP back on: the agents see %s alone again (demo part took %.0fs)", c.mac(announcer), time.Since(start).Seconds())
 }

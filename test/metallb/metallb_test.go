@@ -30,20 +30,24 @@ const waitLong = 90 * time.Second
 const alertFor = 5 * time.Second
 
 // TestMetalLBSegment runs the scenarios in order on one segment: nodes a, b
-// and c run a speaker, node d runs none; every node runs an agent;
+// and c run a speaker, node d and the QEMU guest (real kernel and
+// kube-proxy) run none; every node runs an agent;
 // Prometheus scrapes the agents and fires into Alertmanager and a webhook.
 func TestMetalLBSegment(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	c := newCluster(t, ctx, []string{"a", "b", "c", "d"}, []string{"a", "b", "c"})
+	c := newClusterGuest(t, ctx, []string{"a", "b", "c", "d"}, []string{"a", "b", "c"}, true)
 	c.startAlerting(alertFor)
 
 	ip := c.service("web", corev1.ServiceExternalTrafficPolicyCluster, "a")
 	announcer := c.waitAnnouncer("web", "")
-	t.Logf("MetalLB assigned %s to default/web; ServiceL2Status names node %s (MAC %s)", ip, announcer, c.nodes[announcer].MAC)
+	t.Logf("MetalLB assigned %s to default/web; ServiceL2Status names node %s (MAC %s)", ip, announcer, c.mac(announcer))
 
 	t.Run("announced by one speaker", func(t *testing.T) {
 		c.expectAnswered(t, ip, announcer)
+	})
+	t.Run("strictARP off on the guest (real kube-proxy and kernel): conflict names the guest", func(t *testing.T) {
+		c.guestStrictARPOff(t, ip, announcer)
 	})
 	t.Run("strictARP off on the IPVS nodes: conflict, each MAC named", func(t *testing.T) {
 		c.strictARPOff(t, ip, announcer)
@@ -132,13 +136,13 @@ func (c *cluster) expectAnswered(t *testing.T, ip netip.Addr, announcer string) 
 		return true, ""
 	})
 	for _, n := range probers {
-		r, err := c.nodes[n].Arping(c.ctx, ip, 100, 2*time.Second)
+		r, err := c.arping(n, ip, 100, 2*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff([]string{c.nodes[announcer].MAC}, r.MACs); diff != "" {
+		if diff := cmp.Diff([]string{c.mac(announcer)}, r.MACs); diff != "" {
 			t.Errorf("arping from %s (-announcer's MAC +seen):\n%s\n%s", n, diff, r.Output)
 		}
 	}
-	t.Logf("%s: probed by %v, each agent and arping see only %s (%s), as ServiceL2Status says", ip, probers, c.nodes[announcer].MAC, announcer)
+	t.Logf("%s: probed by %v, each agent and arping see only %s (%s), as ServiceL2Status says", ip, probers, c.mac(announcer), announcer)
 }
