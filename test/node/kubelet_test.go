@@ -98,6 +98,11 @@ func imageArchive(t *testing.T, env, what string) string {
 // remediation.enabled=false`: the report-only pod has no SYS_MODULE and
 // read-only mounts; a module unloaded under it turns IPVSModulesMissing True
 // (one Warning); remediation back on, the new pod loads it (one Normal).
+// The e2e's scenarios through that pod: kube-proxy restarted with strict
+// ARP off and a LoadBalancer IP nobody answers (StrictARPDisabled and
+// LoadBalancerARPFailing True, one Warning each), strict ARP back on (one
+// Normal), the Service deleted (one Normal); then 1,000 LoadBalancer
+// Services and the pod's cgroup memory.peak under the chart's limit.
 // `helm uninstall` runs the post-delete cleanup Job on the node and leaves
 // no ipvs-guard condition or annotation on the Node.
 func TestKubeletNodeHelmInstall(t *testing.T) {
@@ -294,6 +299,10 @@ func TestKubeletNodeHelmInstall(t *testing.T) {
 		return err == nil && allFalse(n), nil
 	})
 	t.Logf("helm upgrade --set remediation.enabled=true -> the pod loaded ip_vs_wrr, one Normal, all four False: %.1f s", time.Since(upgrade).Seconds())
+
+	// The e2e's LoadBalancer and strict-ARP scenarios through the pod, then
+	// its cgroup memory with 1,000 LoadBalancer Services.
+	podScenarios(ctx, t, cs, vm, ctl, &pod, 2)
 
 	// Uninstall: the post-delete hook's Job runs on the node and leaves no
 	// ipvs-guard condition or annotation on it.
