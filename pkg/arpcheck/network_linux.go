@@ -67,8 +67,9 @@ func (h HostNetwork) Route(_ context.Context, ip netip.Addr, iface string) (Rout
 // LoadBalancer IP takes the main-table path, and the kernel's route dump
 // carries every local route too (one per ClusterIP and LoadBalancer IP on
 // kube-ipvs0), so a dump per IP made a batch quadratic in the number of
-// Services. An error opening the connection is every target's.
-func (h HostNetwork) Routes(_ context.Context, targets []Target) ([]Route, []error) {
+// Services. An error opening the connection is every target's; once ctx is
+// done, the targets left get its cause.
+func (h HostNetwork) Routes(ctx context.Context, targets []Target) ([]Route, []error) {
 	routes := make([]Route, len(targets))
 	errs := make([]error, len(targets))
 	nh, err := h.handle()
@@ -81,6 +82,10 @@ func (h HostNetwork) Routes(_ context.Context, targets []Target) ([]Route, []err
 	defer nh.Close()
 	rc := newRouteCache(nh)
 	for i, t := range targets {
+		if err := ctx.Err(); err != nil {
+			errs[i] = fmt.Errorf("looking up the route to %s: %w", t.IP, context.Cause(ctx))
+			continue
+		}
 		routes[i], errs[i] = rc.route(t.IP.Unmap(), t.Interface)
 	}
 	return routes, errs
