@@ -311,11 +311,12 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	if len(unprobed) > 0 {
 		res.Message += fmt.Sprintf("; not probed: %s", strings.Join(unprobed, "; "))
 	}
+	// First, so that a message cut to a condition's length still says it.
 	switch {
 	case never > 0:
-		res.Message += "; some IPs are not probed yet: this node had no time for them before the check's deadline, the next run probes them first"
+		res.Message = "some IPs are not probed yet (this node had no time for them before the check's deadline; the next run probes them first); " + res.Message
 	case carried > 0:
-		res.Message += "; the check's deadline came before every IP was probed in one run: the latest verdict stands for the rest, probed first next run"
+		res.Message = "the check's deadline came before every IP was probed in one run (the latest verdict stands for the rest, probed first next run); " + res.Message
 	}
 	logger.V(2).Info("ARP/NDP check done", "ips", n, "problems", len(problems), "unprobed", len(unprobed))
 	return res, nil

@@ -191,7 +191,7 @@ func podMemoryWith1000LBs(ctx context.Context, t *testing.T, cs kubernetes.Inter
 		for _, c := range n.Status.Conditions {
 			if c.Type == corev1.NodeConditionType(nodestatus.LoadBalancerARPFailing) {
 				arp = c
-				return c.Status == corev1.ConditionTrue && c.Reason == "ARPNoReply" && strings.HasPrefix(c.Message, "1000 IP(s) fail ARP: "), nil
+				return c.Status == corev1.ConditionTrue && c.Reason == "ARPNoReply" && strings.Contains(c.Message, "1000 IP(s) fail ARP: "), nil
 			}
 		}
 		return false, nil
@@ -202,6 +202,11 @@ func podMemoryWith1000LBs(ctx context.Context, t *testing.T, cs kubernetes.Inter
 	t.Logf("1,000 LoadBalancer Services -> LoadBalancerARPFailing True (ARPNoReply) over all 1,000 IPs on ens2: %.1f s after the last was made", time.Since(made).Seconds())
 	if strings.Contains(arp.Message, "not probed yet") {
 		t.Errorf("the ARP run over 1,000 IPs ran out of time: %.300q", arp.Message)
+	}
+	if strings.Contains(arp.Message, "deadline came") {
+		// A run that ran out of time still ends with verdicts; the next one
+		// covers the rest. Not a failure, but worth knowing on this CPU.
+		t.Logf("FINDING: one ARP run did not cover all 1,000 IPs before its deadline (the next one did): %.200q", arp.Message)
 	}
 	before := strings.Count(consoleTail(vm, 1<<20), "memory=current=")
 	ctl.do("memory " + string(pod.UID))
