@@ -26,4 +26,4 @@ if [ "${1:-}" = --demo ]; then
 	NODE_DEMO=1 "$bin" -test.run '^TestKubeletNodeDemo$' -test.count=1 -test.timeout 30m
 	exit
 fi
-go test -tags node -count=1 -timeout 30m -v ./test/node/
+go test -tags node -count=1 -timeout 50m -v ./test/node/
