@@ -92,6 +92,10 @@ func TestKubeletNodeDemo(t *testing.T) {
 		t.Fatal(err)
 	}
 	rebooted := time.Now()
+	// The boot's facts follow its begin line; apparmor is the last of them.
+	if _, err := vm.WaitConsole(ctx, "NODE-SCENARIO boot=2 apparmor=", 1, time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	if console, err = os.ReadFile(vm.Console); err != nil {
 		t.Fatal(err)
 	}
