@@ -86,11 +86,12 @@ test-guest:
 bench-guest:
 	hack/guest/bench.sh
 
-## demo: the guest kernel: diagnose finds the missing IPVS modules, --fix repairs; then the agent in a cluster, as a timeline; then an ARP conflict on a MetalLB segment, named
+## demo: the guest kernel: diagnose finds the missing IPVS modules, --fix repairs; then the agent in a cluster, as a timeline; then helm install on a real Debian node (kubelet + containerd), the pod's remediation and a reboot; then an ARP conflict on a MetalLB segment, named
 .PHONY: demo
 demo:
 	@hack/guest/demo.sh
 	@hack/e2e/run.sh --demo
+	@hack/test-node.sh --demo
 	@hack/metallb/test.sh --demo
 
 ## test-e2e (or e2e): real kube-apiserver on the host, real kube-proxy (IPVS) and `ipvs-guard run` in the guest kernel

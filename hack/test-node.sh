@@ -4,6 +4,8 @@
 # host (kube-apiserver + etcd, kube-controller-manager, kube-scheduler v1.37.1), and the stock
 # Debian 12 node (hack/node/rootfs.sh) booted under QEMU and rebooted for real, with the kubelet,
 # containerd 2.x (hack/ensure-containerd.sh) and kube-proxy on it running the chart's pod.
+# Usage: hack/test-node.sh [--demo]
+#   --demo: the node part of `make demo` (TestKubeletNodeDemo), told as a timeline
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
@@ -16,4 +18,12 @@ NODE_PAUSE_IMAGE=$(hack/node/images.sh pause)
 NODE_AGENT_IMAGE=$(hack/node/images.sh ipvs-guard)
 export HELM CONTAINERD_DIR NODE_ROOTFS NODE_PAUSE_IMAGE NODE_AGENT_IMAGE
 
-go test -tags node -count=1 -timeout 30m -v ./test/node/
+if [ "${1:-}" = --demo ]; then
+	bin=$(mktemp -d)/node.test
+	trap 'rm -rf "$(dirname "$bin")"' EXIT
+	go test -c -tags node -o "$bin" ./test/node/
+	cd test/node
+	NODE_DEMO=1 "$bin" -test.run '^TestKubeletNodeDemo$' -test.count=1 -test.timeout 30m
+	exit
+fi
+go test -tags node -count=1 -timeout 50m -v ./test/node/

@@ -6,7 +6,9 @@
 # plus the guest kernel the project pins (hack/guest/KERNEL_VERSION: its modules tree, and an
 # initramfs made by Debian's own initramfs-tools in the chroot, as the kernel's postinst would).
 # iptables and ipset are there for kube-proxy, which runs on the node as a systemd unit; runc and
-# containernetworking-plugins (in /usr/lib/cni) for containerd under the kubelet.
+# containernetworking-plugins (in /usr/lib/cni) for containerd under the kubelet; apparmor
+# (apparmor_parser and its boot unit), so containerd confines containers with its default profile,
+# as on any Debian node (the kernel enables AppArmor by default).
 # The only additions: /etc/fstab (root on the virtio disk) and /etc/hostname.
 #
 # Cache: $CACHE_DIR/node/rootfs-<key>/, key = hash of this script, the package list and the kernel
@@ -14,7 +16,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/../guest/lib.sh"
 
 SUITE=bookworm
-PACKAGES=systemd-sysv,udev,kmod,initramfs-tools,iproute2,iptables,ipset,runc,containernetworking-plugins
+PACKAGES=systemd-sysv,udev,kmod,initramfs-tools,iproute2,iptables,ipset,runc,containernetworking-plugins,apparmor
 
 # node_mirror prints the host's Debian mirror (deb822 sources first, then sources.list).
 node_mirror() {

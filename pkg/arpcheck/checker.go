@@ -4,6 +4,7 @@ package arpcheck
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/time/rate"
 	"k8s.io/klog/v2"
@@ -106,11 +108,23 @@ type CheckerOptions struct {
 // reports a Finding per target. Its fields are set at construction; Run may
 // be called repeatedly, not concurrently with itself for the same interfaces
 // (each run opens its own sockets).
+//
+// A run keeps to its context's deadline: it sends no first request later
+// than one reply window (and a tenth of its time) before it, so a run
+// with more IPs than it has time for still ends in time with the verdicts it
+// could reach, never as "interrupted". The IPs it had no time for keep their
+// latest verdict and go first in the next run, so every IP is probed within
+// a few runs and a slow node converges instead of reporting nothing.
 type Checker struct {
 	targets  TargetSource
 	network  Network
 	probe    ProbeOptions
 	resolver NodeResolver
+
+	mu       sync.Mutex // guards the fields below
+	runs     uint64
+	probedIn map[netip.Addr]uint64  // the run that last probed each IP
+	last     map[netip.Addr]Finding // each IP's latest verdict
 }
 
 var _ check.Checker = (*Checker)(nil)
@@ -126,7 +140,8 @@ func NewChecker(opts CheckerOptions) (*Checker, error) {
 	if opts.Probe.Limiter == nil {
 		opts.Probe.Limiter = rate.NewLimiter(DefaultRate, DefaultBurst)
 	}
-	return &Checker{targets: opts.Targets, network: opts.Network, probe: opts.Probe, resolver: opts.NodeForMAC}, nil
+	return &Checker{targets: opts.Targets, network: opts.Network, probe: opts.Probe, resolver: opts.NodeForMAC,
+		probedIn: map[netip.Addr]uint64{}, last: map[netip.Addr]Finding{}}, nil
 }
 
 // Name implements check.Checker.
@@ -148,27 +163,61 @@ type group struct {
 
 // Run implements check.Checker. It returns an error (could not check) when
 // the targets cannot be listed, a socket cannot be opened or no target has a
-// usable route; findings about the IPs are never errors.
+// usable route, or when the deadline leaves no time to probe a single IP;
+// findings about the IPs are never errors.
 func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	logger := klog.FromContext(ctx).WithValues("check", check.NameARP)
+	start := time.Now()
 	targets, err := c.targets(ctx)
 	if err != nil {
 		return check.Result{}, fmt.Errorf("listing IPs to ARP-probe: %w", err)
 	}
 	if len(targets) == 0 {
+		c.forget(nil)
 		return check.Skipped(check.NameARP, ReasonNoTargets, "no LoadBalancer IPs to probe"), nil
 	}
 	targets = slices.Clone(targets) // the source's slice stays untouched
+	for i := range targets {
+		targets[i].IP = targets[i].IP.Unmap()
+	}
+	c.mu.Lock()
+	c.runs++
+	run := c.runs
+	// The IPs probed longest ago (or never) go first: they are the ones a
+	// run short of time leaves out.
+	perm := make([]int, len(targets))
+	for i := range perm {
+		perm[i] = i
+	}
+	slices.SortStableFunc(perm, func(a, b int) int {
+		return cmp.Compare(c.probedIn[targets[a].IP], c.probedIn[targets[b].IP])
+	})
+	c.mu.Unlock()
+
+	cutoff := c.cutoff(ctx, start)
+	rctx := ctx
+	if !cutoff.IsZero() {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithDeadlineCause(ctx, cutoff, errOutOfTime)
+		defer cancel()
+	}
+	ordered := make([]Target, len(perm))
+	for j, i := range perm {
+		ordered[j] = targets[i]
+	}
+	oroutes, orouteErrs := c.routes(rctx, ordered)
+	routesTook := time.Since(start)
 
 	groups := map[groupKey]*group{}
 	var order []*group
 	var unprobed []string
-	for i := range targets {
-		targets[i].IP = targets[i].IP.Unmap()
-	}
-	routes, routeErrs := c.routes(ctx, targets)
-	for i, t := range targets {
-		rt, err := routes[i], routeErrs[i]
+	late := make([]bool, len(targets)) // no time to probe it in this run
+	for j, i := range perm {
+		t, rt, err := targets[i], oroutes[j], orouteErrs[j]
+		if errors.Is(err, errOutOfTime) {
+			late[i] = true
+			continue
+		}
 		if err != nil {
 			logger.V(2).Info("Not probing", "vip", t.IP, "err", err)
 			unprobed = append(unprobed, fmt.Sprintf("%s (%v)", t.IP, err))
@@ -184,22 +233,56 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		g.ips = append(g.ips, t.IP)
 		g.targets = append(g.targets, i)
 	}
-	if len(order) == 0 {
+	if len(order) == 0 && len(unprobed) > 0 {
 		return check.Result{}, fmt.Errorf("no IP could be probed: %s", strings.Join(unprobed, "; "))
 	}
 
-	if err := c.probeAll(ctx, order); err != nil {
-		return check.Result{}, err
+	if len(order) > 0 {
+		if err := c.probeAll(ctx, order, cutoff); err != nil {
+			return check.Result{}, err
+		}
 	}
 
 	findings := make([]Finding, len(targets))
 	probed := make([]bool, len(targets))
 	for _, g := range order {
 		for _, i := range g.targets {
-			findings[i] = c.finding(targets[i], g.route.Interface, g.obs[targets[i].IP])
+			o, ok := g.obs[targets[i].IP]
+			if !ok || o.Requests == 0 {
+				late[i] = true
+				continue
+			}
+			findings[i] = c.finding(targets[i], g.route.Interface, o)
 			probed[i] = true
 		}
 	}
+	// What this run had no time for keeps its latest verdict.
+	carried, never := 0, 0
+	c.mu.Lock()
+	for i, t := range targets {
+		switch {
+		case probed[i]:
+			c.probedIn[t.IP] = run
+			c.last[t.IP] = findings[i]
+		case late[i]:
+			if f, ok := c.last[t.IP]; ok {
+				findings[i], probed[i] = f, true
+				carried++
+			} else {
+				never++
+			}
+		}
+	}
+	c.mu.Unlock()
+	c.forget(targets)
+	if carried+never > 0 {
+		logger.Info("The ARP check's deadline came before every IP was probed; the rest go first next run",
+			"ips", len(targets), "probedNow", len(targets)-carried-never-len(unprobed), "latestVerdictKept", carried, "neverProbed", never, "routeLookups", routesTook, "took", time.Since(start))
+	}
+	if carried == 0 && never > 0 && !slices.Contains(probed, true) {
+		return check.Result{}, fmt.Errorf("no IP could be probed before the check's deadline: %d IP(s), route lookups took %v", never, routesTook.Round(time.Millisecond))
+	}
+
 	res := check.Result{Name: check.NameARP, Status: check.StatusOK, Reason: ReasonAnswered}
 	var problems []string
 	worst := ResultAnswered
@@ -228,8 +311,55 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	if len(unprobed) > 0 {
 		res.Message += fmt.Sprintf("; not probed: %s", strings.Join(unprobed, "; "))
 	}
+	// First, so that a message cut to a condition's length still says it.
+	switch {
+	case never > 0:
+		res.Message = "some IPs are not probed yet (this node had no time for them before the check's deadline; the next run probes them first); " + res.Message
+	case carried > 0:
+		res.Message = "the check's deadline came before every IP was probed in one run (the latest verdict stands for the rest, probed first next run); " + res.Message
+	}
 	logger.V(2).Info("ARP/NDP check done", "ips", n, "problems", len(problems), "unprobed", len(unprobed))
 	return res, nil
+}
+
+// errOutOfTime is the cause of the route lookups' context once the run's
+// cutoff for first requests has passed.
+var errOutOfTime = errors.New("the ARP check's time ran out before this IP's turn")
+
+// cutoff is when a run started at start sends its last first request: one
+// reply window and a tenth of the run's time before ctx's deadline, so the
+// round and the result are done before it. Zero (no cutoff: ctx alone
+// governs) without a deadline or when the time left is shorter than that.
+func (c *Checker) cutoff(ctx context.Context, start time.Time) time.Time {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return time.Time{}
+	}
+	cut := dl.Add(-dl.Sub(start) / 10).Add(-c.probe.withDefaults().Window)
+	if !cut.After(start) {
+		return time.Time{}
+	}
+	return cut
+}
+
+// forget drops what is kept about IPs that are no longer targets.
+func (c *Checker) forget(targets []Target) {
+	keep := make(map[netip.Addr]bool, len(targets))
+	for _, t := range targets {
+		keep[t.IP] = true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for ip := range c.last {
+		if !keep[ip] {
+			delete(c.last, ip)
+		}
+	}
+	for ip := range c.probedIn {
+		if !keep[ip] {
+			delete(c.probedIn, ip)
+		}
+	}
 }
 
 // routes looks up every target's route, at once when the network can.
@@ -240,14 +370,19 @@ func (c *Checker) routes(ctx context.Context, targets []Target) ([]Route, []erro
 	routes := make([]Route, len(targets))
 	errs := make([]error, len(targets))
 	for i, t := range targets {
+		if err := ctx.Err(); err != nil {
+			errs[i] = fmt.Errorf("looking up the route to %s: %w", t.IP, context.Cause(ctx))
+			continue
+		}
 		routes[i], errs[i] = c.network.Route(ctx, t.IP, t.Interface)
 	}
 	return routes, errs
 }
 
 // probeAll opens every group's socket first, then probes the groups in
-// parallel. Sockets are opened on the calling goroutine.
-func (c *Checker) probeAll(ctx context.Context, groups []*group) error {
+// parallel, none sending a first request after cutoff (zero: no cutoff).
+// Sockets are opened on the calling goroutine.
+func (c *Checker) probeAll(ctx context.Context, groups []*group, cutoff time.Time) error {
 	type opened struct {
 		sock  Socket
 		dst   net.Addr
@@ -276,7 +411,7 @@ func (c *Checker) probeAll(ctx context.Context, groups []*group) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			obs, err := p.Probe(ctx, s.group.ips)
+			obs, err := p.ProbeUntil(ctx, s.group.ips, cutoff)
 			if err != nil {
 				errs[i] = err
 				return

@@ -317,3 +317,86 @@ func fmtErr(err error) string {
 	}
 	return err.Error()
 }
+
+// TestCheckerDeadline: a run with more IPs than its deadline leaves time for
+// ends in time with the verdicts it reached (never "interrupted"), says that
+// some IPs are not probed yet, and the next runs probe those first, so every
+// IP has its verdict after a few runs, each verdict right.
+func TestCheckerDeadline(t *testing.T) {
+	const n = 40
+	var targets []Target
+	var answering []netip.Addr
+	for i := range n {
+		a := netip.AddrFrom4([4]byte{10, 0, 1, byte(i + 1)})
+		targets = append(targets, Target{IP: a})
+		if i%2 == 0 {
+			answering = append(answering, a)
+		}
+	}
+	netw := &fakeNetwork{
+		routes: map[string]Route{"eth0": {Interface: "eth0", Index: 2, MAC: proberMAC, Src: proberIP}},
+		first:  "eth0", t: t,
+		hosts: []*responder{{mac: mustMAC(t, "52:54:00:00:00:0a"), ips: answering}},
+	}
+	// 50 requests/s, one attempt, 100 ms windows: a 600 ms run has time for
+	// about 20 first requests, so 40 IPs need at least two runs.
+	c, err := NewChecker(CheckerOptions{
+		Targets: StaticTargets(targets...),
+		Network: netw,
+		Probe:   ProbeOptions{Window: 100 * time.Millisecond, Attempts: 1, Limiter: rate.NewLimiter(50, 1)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const budget = 600 * time.Millisecond
+	var res check.Result
+	runs := 0
+	for runs < 6 {
+		runs++
+		ctx, cancel := context.WithTimeout(context.Background(), budget)
+		res, err = c.Run(ctx)
+		late := ctx.Err()
+		cancel()
+		if err != nil {
+			t.Fatalf("run %d: %v", runs, err)
+		}
+		if late != nil {
+			t.Fatalf("run %d returned after its deadline", runs)
+		}
+		if runs == 1 {
+			if len(res.Findings) == 0 || len(res.Findings) >= n {
+				t.Fatalf("run 1: %d findings, want some but not all %d", len(res.Findings), n)
+			}
+			if !strings.Contains(res.Message, "some IPs are not probed yet") {
+				t.Errorf("run 1 message does not say some IPs are not probed yet: %q", res.Message)
+			}
+		}
+		if len(res.Findings) == n {
+			break
+		}
+	}
+	if len(res.Findings) != n {
+		t.Fatalf("after %d runs %d findings, want %d", runs, len(res.Findings), n)
+	}
+	if runs < 2 {
+		t.Fatalf("every IP probed in one run: the deadline did not bind")
+	}
+	for _, f := range res.Findings {
+		f := f.(Finding)
+		a := netip.MustParseAddr(f.IP)
+		want := ResultNoReply
+		if a.As4()[3]%2 == 1 {
+			want = ResultAnswered
+		}
+		if f.Result != want {
+			t.Errorf("%s: %s, want %s", f.IP, f.Result, want)
+		}
+	}
+	if res.Status != check.StatusProblem || res.Reason != ReasonNoReply {
+		t.Errorf("status %s %s, want %s %s", res.Status, res.Reason, check.StatusProblem, ReasonNoReply)
+	}
+	if strings.Contains(res.Message, "not probed yet") {
+		t.Errorf("every IP has a verdict, yet the message says some are not probed: %q", res.Message)
+	}
+	t.Logf("%d runs of %v to cover %d IPs", runs, budget, n)
+}

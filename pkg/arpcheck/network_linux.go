@@ -57,13 +57,19 @@ func (h HostNetwork) Route(_ context.Context, ip netip.Addr, iface string) (Rout
 		return Route{}, err
 	}
 	defer nh.Close()
-	return route(nh, ip, iface)
+	return newRouteCache(nh).route(ip, iface)
 }
 
 // Routes implements BatchRouter: Route for every target over one netlink
 // connection (opening one per lookup, in another network namespace, costs
-// more than the lookup itself). An error opening it is every target's.
-func (h HostNetwork) Routes(_ context.Context, targets []Target) ([]Route, []error) {
+// more than the lookup itself), reading the main table, each link and each
+// link's addresses once for the whole batch: on an IPVS node every
+// LoadBalancer IP takes the main-table path, and the kernel's route dump
+// carries every local route too (one per ClusterIP and LoadBalancer IP on
+// kube-ipvs0), so a dump per IP made a batch quadratic in the number of
+// Services. An error opening the connection is every target's; once ctx is
+// done, the targets left get its cause.
+func (h HostNetwork) Routes(ctx context.Context, targets []Target) ([]Route, []error) {
 	routes := make([]Route, len(targets))
 	errs := make([]error, len(targets))
 	nh, err := h.handle()
@@ -74,19 +80,111 @@ func (h HostNetwork) Routes(_ context.Context, targets []Target) ([]Route, []err
 		return routes, errs
 	}
 	defer nh.Close()
+	rc := newRouteCache(nh)
 	for i, t := range targets {
-		routes[i], errs[i] = route(nh, t.IP.Unmap(), t.Interface)
+		if err := ctx.Err(); err != nil {
+			errs[i] = fmt.Errorf("looking up the route to %s: %w", t.IP, context.Cause(ctx))
+			continue
+		}
+		routes[i], errs[i] = rc.route(t.IP.Unmap(), t.Interface)
 	}
 	return routes, errs
 }
 
-// route looks up where requests for ip go out over nh (see Route).
-func route(nh *netlink.Handle, ip netip.Addr, iface string) (Route, error) {
+// routeCache answers route lookups over one netlink handle, reading what
+// does not depend on the looked-up address (the main table per family, links
+// by index and name, addresses per link and family) once. It lives for one
+// batch: nothing in it is watched.
+type routeCache struct {
+	nh       *netlink.Handle
+	main     map[int][]netlink.Route // family → main-table routes
+	mainErr  map[int]error
+	links    map[int]netlink.Link
+	byName   map[string]netlink.Link
+	addrs    map[addrKey][]netlink.Addr
+	resolves map[int]bool // link index → up and does ARP/NDP
+}
+
+type addrKey struct{ index, family int }
+
+func newRouteCache(nh *netlink.Handle) *routeCache {
+	return &routeCache{
+		nh:       nh,
+		main:     map[int][]netlink.Route{},
+		mainErr:  map[int]error{},
+		links:    map[int]netlink.Link{},
+		byName:   map[string]netlink.Link{},
+		addrs:    map[addrKey][]netlink.Addr{},
+		resolves: map[int]bool{},
+	}
+}
+
+func (rc *routeCache) linkByName(name string) (netlink.Link, error) {
+	if l, ok := rc.byName[name]; ok {
+		return l, nil
+	}
+	l, err := rc.nh.LinkByName(name)
+	if err != nil {
+		return nil, err
+	}
+	rc.byName[name], rc.links[l.Attrs().Index] = l, l
+	return l, nil
+}
+
+func (rc *routeCache) linkByIndex(idx int) (netlink.Link, error) {
+	if l, ok := rc.links[idx]; ok {
+		return l, nil
+	}
+	l, err := rc.nh.LinkByIndex(idx)
+	if err != nil {
+		return nil, err
+	}
+	rc.links[idx] = l
+	return l, nil
+}
+
+func (rc *routeCache) addrList(link netlink.Link, family int) ([]netlink.Addr, error) {
+	k := addrKey{link.Attrs().Index, family}
+	if a, ok := rc.addrs[k]; ok {
+		return a, nil
+	}
+	a, err := rc.nh.AddrList(link, family)
+	if err != nil {
+		return nil, err
+	}
+	rc.addrs[k] = a
+	return a, nil
+}
+
+// mainTable returns the main table's routes of family. The dump is read
+// without a table filter: the netlink library then skips every other table
+// before decoding it, where a table filter would decode the whole local
+// table (thousands of routes on an IPVS node) to throw it away.
+func (rc *routeCache) mainTable(family int) ([]netlink.Route, error) {
+	if r, ok := rc.main[family]; ok {
+		return r, rc.mainErr[family]
+	}
+	var routes []netlink.Route
+	err := rc.nh.RouteListFilteredIter(family, &netlink.Route{}, 0, func(r netlink.Route) bool {
+		if r.Table == unix.RT_TABLE_MAIN {
+			routes = append(routes, r)
+		}
+		return true
+	})
+	if err != nil {
+		err = fmt.Errorf("listing the main routing table: %w", err)
+	}
+	rc.main[family], rc.mainErr[family] = routes, err
+	return routes, err
+}
+
+// route looks up where requests for ip go out (see Route).
+func (rc *routeCache) route(ip netip.Addr, iface string) (Route, error) {
 	var err error
 
 	var forced netlink.Link
 	if iface != "" {
-		forced, err = nh.LinkByName(iface)
+		forced, err = rc.linkByName(iface)
 		if err != nil {
 			return Route{}, fmt.Errorf("looking up interface %s: %w", iface, err)
 		}
@@ -95,12 +193,12 @@ func route(nh *netlink.Handle, ip netip.Addr, iface string) (Route, error) {
 	if forced != nil {
 		opts.OifIndex = forced.Attrs().Index
 	}
-	routes, err := nh.RouteGetWithOptions(ip.AsSlice(), &opts)
+	routes, err := rc.nh.RouteGetWithOptions(ip.AsSlice(), &opts)
 	var rt *netlink.Route
 	if err == nil && len(routes) > 0 && routes[0].Type != unix.RTN_LOCAL {
 		rt = &routes[0]
 	} else {
-		rt, err = mainTableMatch(nh, ip, forced)
+		rt, err = rc.mainTableMatch(ip, forced)
 		if err != nil {
 			return Route{}, err
 		}
@@ -110,7 +208,7 @@ func route(nh *netlink.Handle, ip netip.Addr, iface string) (Route, error) {
 	}
 	link := forced
 	if link == nil {
-		link, err = nh.LinkByIndex(rt.LinkIndex)
+		link, err = rc.linkByIndex(rt.LinkIndex)
 		if err != nil {
 			return Route{}, fmt.Errorf("looking up interface %d for %s: %w", rt.LinkIndex, ip, err)
 		}
@@ -121,8 +219,8 @@ func route(nh *netlink.Handle, ip netip.Addr, iface string) (Route, error) {
 	}
 	src, ok := netip.AddrFromSlice(rt.Src)
 	src = src.Unmap()
-	if ip.Is6() || !ok || !src.Is4() || (forced != nil && !linkHas(nh, link, src)) {
-		src = pickSource(nh, link, ip)
+	if ip.Is6() || !ok || !src.Is4() || (forced != nil && !rc.linkHas(link, src)) {
+		src = rc.pickSource(link, ip)
 	}
 	if src.Is6() && src.IsUnspecified() {
 		// A solicitation from :: carries no source link-layer address, and
@@ -134,23 +232,19 @@ func route(nh *netlink.Handle, ip netip.Addr, iface string) (Route, error) {
 
 // mainTableMatch finds the longest-prefix route to ip in the main table
 // (restricted to link when not nil).
-func mainTableMatch(nh *netlink.Handle, ip netip.Addr, link netlink.Link) (*netlink.Route, error) {
-	filter := &netlink.Route{Table: unix.RT_TABLE_MAIN}
-	mask := uint64(netlink.RT_FILTER_TABLE)
-	if link != nil {
-		filter.LinkIndex = link.Attrs().Index
-		mask |= netlink.RT_FILTER_OIF
-	}
-	routes, err := nh.RouteListFiltered(familyOf(ip), filter, mask)
+func (rc *routeCache) mainTableMatch(ip netip.Addr, link netlink.Link) (*netlink.Route, error) {
+	routes, err := rc.mainTable(familyOf(ip))
 	if err != nil {
-		return nil, fmt.Errorf("listing routes for %s: %w", ip, err)
+		return nil, fmt.Errorf("looking up %s: %w", ip, err)
 	}
 	var best *netlink.Route
 	bestLen := -1
-	resolves := map[int]bool{} // link index → up and does ARP/NDP
 	for i := range routes {
 		r := &routes[i]
-		if link == nil && !linkResolves(nh, r.LinkIndex, resolves) {
+		if link != nil && r.LinkIndex != link.Attrs().Index {
+			continue
+		}
+		if link == nil && !rc.linkResolves(r.LinkIndex) {
 			// An address on kube-ipvs0 gets a main-table host route (IPv6)
 			// once someone brings the dummy up; nobody answers there.
 			continue
@@ -174,19 +268,19 @@ func mainTableMatch(nh *netlink.Handle, ip netip.Addr, link netlink.Link) (*netl
 }
 
 // linkResolves reports whether the link with index idx is up and resolves
-// neighbours (no IFF_NOARP, which dummy and ifb devices carry), memoized in
-// seen. A link that cannot be read counts as resolving: the lookup that
-// follows reports its error.
-func linkResolves(nh *netlink.Handle, idx int, seen map[int]bool) bool {
-	if ok, found := seen[idx]; found {
+// neighbours (no IFF_NOARP, which dummy and ifb devices carry). A link that
+// cannot be read counts as resolving: the lookup that follows reports its
+// error.
+func (rc *routeCache) linkResolves(idx int) bool {
+	if ok, found := rc.resolves[idx]; found {
 		return ok
 	}
 	ok := true
-	if l, err := nh.LinkByIndex(idx); err == nil {
+	if l, err := rc.linkByIndex(idx); err == nil {
 		f := l.Attrs().RawFlags
 		ok = f&unix.IFF_UP != 0 && f&unix.IFF_NOARP == 0
 	}
-	seen[idx] = ok
+	rc.resolves[idx] = ok
 	return ok
 }
 
@@ -214,12 +308,12 @@ func familyOf(ip netip.Addr) int {
 // link-scope multicast group, RFC 6724 rule 2), then the address on ip's
 // subnet, the first one, else :: (which Route refuses). Tentative and
 // duplicate addresses are never used.
-func pickSource(nh *netlink.Handle, link netlink.Link, ip netip.Addr) netip.Addr {
+func (rc *routeCache) pickSource(link netlink.Link, ip netip.Addr) netip.Addr {
 	none := netip.IPv4Unspecified()
 	if ip.Is6() {
 		none = netip.IPv6Unspecified()
 	}
-	addrs, err := nh.AddrList(link, familyOf(ip))
+	addrs, err := rc.addrList(link, familyOf(ip))
 	if err != nil {
 		return none
 	}
@@ -252,8 +346,8 @@ func pickSource(nh *netlink.Handle, link netlink.Link, ip netip.Addr) netip.Addr
 	return none
 }
 
-func linkHas(nh *netlink.Handle, link netlink.Link, ip netip.Addr) bool {
-	addrs, err := nh.AddrList(link, netlink.FAMILY_V4)
+func (rc *routeCache) linkHas(link netlink.Link, ip netip.Addr) bool {
+	addrs, err := rc.addrList(link, netlink.FAMILY_V4)
 	if err != nil {
 		return false
 	}

@@ -100,7 +100,8 @@ type Observation struct {
 	// (so the reader's own wake-up is not counted), else to when it was read.
 	// Zero when nothing answered.
 	RTT time.Duration
-	// Requests is how many requests were sent.
+	// Requests is how many requests were sent; zero when the IP was not
+	// probed (ProbeUntil's cutoff came first).
 	Requests int
 }
 
@@ -163,6 +164,15 @@ func (s *probeState) deadline(window time.Duration) time.Time {
 // not probed, malformed frames and our own requests seen on the socket are
 // ignored. It returns early with ctx's error when ctx is done.
 func (p *Prober) Probe(ctx context.Context, ips []netip.Addr) ([]Observation, error) {
+	return p.ProbeUntil(ctx, ips, time.Time{})
+}
+
+// ProbeUntil is Probe, except that no IP gets its first request after
+// cutoff (zero: no cutoff): those IPs are not probed in this round and their
+// Observation has no Requests. The round then ends at the latest one window
+// after cutoff, so a caller with a deadline sets cutoff a window (and some
+// margin) before it and gets every verdict it had time for instead of none.
+func (p *Prober) ProbeUntil(ctx context.Context, ips []netip.Addr, cutoff time.Time) ([]Observation, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	logger := klog.FromContext(ctx).WithValues("iface", p.iface)
@@ -205,7 +215,7 @@ func (p *Prober) Probe(ctx context.Context, ips []netip.Addr) ([]Observation, er
 	case <-ctx.Done():
 	}
 
-	sched := newSchedule(order, p.opts.Window, p.opts.Attempts)
+	sched := newSchedule(order, p.opts.Window, p.opts.Attempts, cutoff)
 	sendErr := p.send(ctx, sched, &mu)
 	if sendErr == nil {
 		// Collect replies until the last window closes. Only this goroutine
@@ -294,6 +304,9 @@ func (p *Prober) send(ctx context.Context, sched *schedule, mu *sync.Mutex) erro
 		}
 		if len(st.sends) > 0 && (answered(st) || !st.deadline(p.opts.Window).After(time.Now())) {
 			continue // answered, or its window closed, while waiting for the limiter
+		}
+		if len(st.sends) == 0 && sched.pastCutoff(time.Now()) {
+			continue // the cutoff passed while waiting for the limiter: not probed
 		}
 		frame, err := buildProbe(p.mac, p.src, st.ip)
 		if err != nil {

@@ -20,23 +20,32 @@ import (
 // closes is dropped (the first request had the whole window). Due retries
 // wait behind first requests, except a retry whose window closes within half
 // a retry interval: it goes first, so a round too large to send within a
-// window still gives early IPs their retries.
+// window still gives early IPs their retries. With a cutoff, no first
+// request goes out after it: the IPs left are not probed in this round, and
+// the round still ends one window after the cutoff at the latest.
 type schedule struct {
 	window   time.Duration
 	interval time.Duration // between two requests for one IP
 	attempts int
+	cutoff   time.Time // no first request after it; zero: none
 
 	pending []*probeState // first requests not sent yet, in input order
 	retries retryHeap     // next request of each unanswered IP, by due time
 }
 
-func newSchedule(order []*probeState, window time.Duration, attempts int) *schedule {
+func newSchedule(order []*probeState, window time.Duration, attempts int, cutoff time.Time) *schedule {
 	return &schedule{
 		window:   window,
 		interval: window / time.Duration(attempts),
 		attempts: attempts,
+		cutoff:   cutoff,
 		pending:  order,
 	}
+}
+
+// pastCutoff reports whether first requests may no longer go out at now.
+func (s *schedule) pastCutoff(now time.Time) bool {
+	return !s.cutoff.IsZero() && now.After(s.cutoff)
 }
 
 // next returns the IP whose request should go out at now. When none should,
@@ -44,6 +53,9 @@ func newSchedule(order []*probeState, window time.Duration, attempts int) *sched
 // (every first request sent and no retry left). answered reports whether an
 // IP has been answered already; its retries are then dropped.
 func (s *schedule) next(now time.Time, answered func(*probeState) bool) (st *probeState, wait time.Duration, done bool) {
+	if s.pastCutoff(now) {
+		s.pending = nil
+	}
 	for len(s.retries) > 0 {
 		top := s.retries[0]
 		if !top.st.deadline(s.window).After(now) || answered(top.st) {

@@ -29,8 +29,9 @@ type simRound struct {
 // real rate.Limiter driven with explicit times, as Prober.send drives it
 // with the wall clock: pick, wait for a token, drop the pick if its IP was
 // answered or its window closed meanwhile, send. An IP in answerAfter
-// answers every request after that delay; the others never answer.
-func simulate(t *testing.T, n int, answerAfter map[int]time.Duration, window time.Duration, attempts int, lim *rate.Limiter) simRound {
+// answers every request after that delay; the others never answer. A
+// cutoff (since the round started; 0: none) is the schedule's.
+func simulate(t *testing.T, n int, answerAfter map[int]time.Duration, window time.Duration, attempts int, lim *rate.Limiter, cutoff time.Duration) simRound {
 	t.Helper()
 	start := time.Unix(1000, 0)
 	now := start
@@ -44,7 +45,11 @@ func simulate(t *testing.T, n int, answerAfter map[int]time.Duration, window tim
 		d, ok := answerAfter[index[st]]
 		return ok && len(st.sends) > 0 && !st.sends[0].Add(d).After(now)
 	}
-	sched := newSchedule(order, window, attempts)
+	var cut time.Time
+	if cutoff > 0 {
+		cut = start.Add(cutoff)
+	}
+	sched := newSchedule(order, window, attempts, cut)
 	r := simRound{perIP: map[netip.Addr][]time.Duration{}}
 	firstSent := 0
 	for steps := 0; ; steps++ {
@@ -68,6 +73,9 @@ func simulate(t *testing.T, n int, answerAfter map[int]time.Duration, window tim
 		}
 		now = now.Add(res.DelayFrom(now))
 		if len(st.sends) > 0 && (answered(st) || !st.deadline(window).After(now)) {
+			continue
+		}
+		if len(st.sends) == 0 && sched.pastCutoff(now) {
 			continue
 		}
 		if len(st.sends) == 0 {
@@ -156,7 +164,7 @@ func TestScheduleRound(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := simulate(t, tt.n, tt.answer, window, tt.attempts, rate.NewLimiter(tt.rate, tt.burst))
+			r := simulate(t, tt.n, tt.answer, window, tt.attempts, rate.NewLimiter(tt.rate, tt.burst), 0)
 			if tt.wantFrames > 0 && len(r.sends) != tt.wantFrames {
 				t.Errorf("%d requests sent, want %d", len(r.sends), tt.wantFrames)
 			}
@@ -193,7 +201,7 @@ func TestScheduleRound(t *testing.T) {
 // their windows close (a retry about to miss its window jumps the queue).
 func TestScheduleRetriesEveryIPWhenTheRoundOutgrowsAWindow(t *testing.T) {
 	const n, attempts = 3000, 3
-	r := simulate(t, n, nil, time.Second, attempts, rate.NewLimiter(1000, 1))
+	r := simulate(t, n, nil, time.Second, attempts, rate.NewLimiter(1000, 1), 0)
 	short := 0
 	for _, at := range r.perIP {
 		if len(at) < 2 {
@@ -209,7 +217,7 @@ func TestScheduleRetriesEveryIPWhenTheRoundOutgrowsAWindow(t *testing.T) {
 // TestScheduleFirstRequestsFirst: with the rate as the only bound, every
 // first request goes out before any retry, in input order.
 func TestScheduleFirstRequestsFirst(t *testing.T) {
-	r := simulate(t, 800, nil, time.Second, 3, rate.NewLimiter(DefaultRate, DefaultBurst))
+	r := simulate(t, 800, nil, time.Second, 3, rate.NewLimiter(DefaultRate, DefaultBurst), 0)
 	for i, s := range r.sends[:800] {
 		if want := netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}); s.ip != want {
 			t.Fatalf("request %d is for %s, want the first request of %s", i, s.ip, want)
@@ -217,5 +225,47 @@ func TestScheduleFirstRequestsFirst(t *testing.T) {
 	}
 	if got := fmt.Sprint(len(r.sends)); got != "2400" {
 		t.Errorf("%s requests, want 2400", got)
+	}
+}
+
+// TestScheduleCutoff: a round too large for the time left sends no first
+// request after the cutoff, gives every IP it did start its full window, and
+// ends one window after the cutoff at the latest.
+func TestScheduleCutoff(t *testing.T) {
+	const window = time.Second
+	tests := []struct {
+		name      string
+		n         int
+		cutoff    time.Duration
+		wantFirst int // IPs probed
+	}{
+		{name: "no cutoff", n: 3000, cutoff: 0, wantFirst: 3000},
+		{name: "cutoff after every first request", n: 1000, cutoff: 10 * time.Second, wantFirst: 1000},
+		// 2,000 frames/s with a burst of 512, two thirds of them retries
+		// once the first windows start: far fewer than 20,000 IPs start.
+		{name: "cutoff mid-round", n: 20000, cutoff: 2 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := simulate(t, tt.n, nil, window, DefaultAttempts, rate.NewLimiter(DefaultRate, DefaultBurst), tt.cutoff)
+			first := len(r.perIP)
+			if tt.wantFirst > 0 && first != tt.wantFirst {
+				t.Errorf("%d IPs probed, want %d", first, tt.wantFirst)
+			}
+			if tt.wantFirst == 0 && (first == 0 || first >= tt.n) {
+				t.Errorf("%d of %d IPs probed: want some, not all", first, tt.n)
+			}
+			if tt.cutoff > 0 && r.end > tt.cutoff+window {
+				t.Errorf("round ends %v after it started, past cutoff + window %v", r.end, tt.cutoff+window)
+			}
+			for ip, sends := range r.perIP {
+				if tt.cutoff > 0 && sends[0] > tt.cutoff {
+					t.Errorf("%s first probed at %v, after the cutoff %v", ip, sends[0], tt.cutoff)
+				}
+				if len(sends) > 1 && sends[len(sends)-1]-sends[0] >= window {
+					t.Errorf("%s: retries %v outside its window", ip, sends)
+				}
+			}
+		})
 	}
 }

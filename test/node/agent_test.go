@@ -131,7 +131,7 @@ func TestDebianNodeAgentReboot(t *testing.T) {
 			t.Logf("before the reboot: %s=%s %s", c.Type, c.Status, c.Reason)
 		}
 	}
-	if _, err := vm.WaitConsole(ctx, "NODE-SCENARIO boot=2 begin=", 1, 5*time.Minute); err != nil {
+	if _, err := vm.WaitConsole(ctx, "NODE-SCENARIO boot=2 begin=", 1, 10*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	rebooted := time.Now()

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -23,8 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
-	"github.com/ipvs-guard/ipvs-guard/internal/controlplanetest"
 	"github.com/ipvs-guard/ipvs-guard/internal/nodevm"
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
@@ -98,76 +95,23 @@ func imageArchive(t *testing.T, env, what string) string {
 // remediation.enabled=false`: the report-only pod has no SYS_MODULE and
 // read-only mounts; a module unloaded under it turns IPVSModulesMissing True
 // (one Warning); remediation back on, the new pod loads it (one Normal).
+// The e2e's scenarios through that pod: kube-proxy restarted with strict
+// ARP off and a LoadBalancer IP nobody answers (StrictARPDisabled and
+// LoadBalancerARPFailing True, one Warning each), strict ARP back on (one
+// Normal), the Service deleted (one Normal); then 1,000 LoadBalancer
+// Services and the pod's cgroup memory.peak under the chart's limit.
+// The agent's process runs confined by containerd's default AppArmor
+// profile, which denies nothing it does.
 // `helm uninstall` runs the post-delete cleanup Job on the node and leaves
 // no ipvs-guard condition or annotation on the Node.
 func TestKubeletNodeHelmInstall(t *testing.T) {
-	for _, name := range []string{"kubelet", "kube-proxy"} {
-		_, err := os.Stat(apiservertest.CachedBinary(name))
-		testenv.Require(t, err == nil, name+" is needed: run hack/apiserver/install.sh "+name)
-	}
-	testenv.Require(t, os.Getenv("CONTAINERD_DIR") != "", "CONTAINERD_DIR is needed: run hack/ensure-containerd.sh")
-	pause := imageArchive(t, "NODE_PAUSE_IMAGE", "pause")
-	agentImage := imageArchive(t, "NODE_AGENT_IMAGE", "ipvs-guard")
+	k := startKubeletNode(t)
+	ctx, cs, vm, ctl, srv := k.ctx, k.cs, k.vm, k.ctl, k.srv
+	poll, getPod := k.poll, k.getPod
+	t.Logf("QEMU start -> Node registered and Ready: %.1f s", k.nodeReady.Sub(k.started).Seconds())
 
-	srv := apiservertest.Start(t, controlplanetest.ServerOptions(nodevm.KubeletServerOptions(apiservertest.Options{})))
-	controlplanetest.Start(t, controlplanetest.Options{API: srv})
-	cs := kubernetes.NewForConfigOrDie(srv.AdminConfig())
-	ctx := context.Background()
-	if err := nodevm.PublishAPIServer(ctx, cs, srv); err != nil {
-		t.Fatal(err)
-	}
-	ctl := startControl(t)
-	files, err := nodevm.KubeletFiles(nodevm.KubeletOptions{API: srv, Images: []string{pause, agentImage}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	files["/usr/local/sbin/node-kubelet-scenario"] = nodevm.File{Source: filepath.Join("testdata", "node-kubelet-scenario"), Mode: 0o755}
-	files["/etc/systemd/system/node-kubelet-scenario.service"] = nodevm.File{Source: filepath.Join("testdata", "node-kubelet-scenario.service")}
-	files["/etc/systemd/system/multi-user.target.wants/node-kubelet-scenario.service"] = nodevm.File{Link: "/etc/systemd/system/node-kubelet-scenario.service"}
-	files["/etc/node-scenario/control"] = nodevm.File{Data: ctl.addr}
-	vm := nodevm.Start(t, nodevm.Options{Net: true, Memory: "2G", DiskSize: "4G", Files: files})
-	started := time.Now()
-	poll := func(what string, timeout time.Duration, cond func(ctx context.Context) (bool, error)) time.Time {
-		t.Helper()
-		if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, cond); err != nil {
-			// The guest's journal of containerd and the kubelet says why.
-			ctl.do("dump")
-			_, _ = vm.WaitConsole(ctx, "dumped=", 1, time.Minute)
-			t.Fatalf("%s: %v; console tail:\n%s", what, err, consoleTail(vm, 250))
-		}
-		return time.Now()
-	}
-
-	// The kubelet registers the Node and reports it Ready (containerd's
-	// runtime and network ready).
-	nodeReady := poll("the kubelet's Node Ready", 10*time.Minute, func(ctx context.Context) (bool, error) {
-		n, err := cs.CoreV1().Nodes().Get(ctx, nodevm.NodeName, metav1.GetOptions{})
-		return err == nil && nodeConditionTrue(n, corev1.NodeReady), nil
-	})
-	t.Logf("QEMU start -> Node registered and Ready: %.1f s", nodeReady.Sub(started).Seconds())
-
-	install := time.Now()
-	helm(t, srv.Kubeconfig, "install", release, chartDir(), "--namespace", namespace, "--create-namespace",
-		"--set", "image.repository=localhost/ipvs-guard", "--set", "image.tag=node")
-	var pod corev1.Pod
-	getPod := func(ctx context.Context) bool {
-		pods, err := cs.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=ipvs-guard"})
-		if err != nil || len(pods.Items) != 1 {
-			return false
-		}
-		pod = pods.Items[0]
-		return true
-	}
-	running := poll("the pod Running", 10*time.Minute, func(ctx context.Context) (bool, error) {
-		return getPod(ctx) && pod.Status.Phase == corev1.PodRunning, nil
-	})
-	ready := poll("the pod Ready", 5*time.Minute, func(ctx context.Context) (bool, error) {
-		return getPod(ctx) && podConditionTrue(&pod, corev1.PodReady), nil
-	})
-	published := poll("all four conditions False on the Node", 5*time.Minute, func(ctx context.Context) (bool, error) {
-		n, err := cs.CoreV1().Nodes().Get(ctx, nodevm.NodeName, metav1.GetOptions{})
-		return err == nil && allFalse(n), nil
-	})
+	install, running, ready, published := k.helmInstall()
+	pod := &k.pod
 	t.Logf("helm install -> pod Running %.1f s -> Ready %.1f s -> all four conditions False on the Node %.1f s",
 		running.Sub(install).Seconds(), ready.Sub(install).Seconds(), published.Sub(install).Seconds())
 	if pod.Spec.NodeName != nodevm.NodeName {
@@ -207,6 +151,25 @@ func TestKubeletNodeHelmInstall(t *testing.T) {
 		return err == nil && allFalse(n), nil
 	})
 
+	// The pod ran under containerd's default AppArmor profile all along
+	// (the Debian kernel enables AppArmor; the rootfs has apparmor_parser),
+	// and the profile denied nothing: not the module load above, not the
+	// declaration file written at install (which the reboot below reads).
+	if got := strings.TrimSpace(b1["apparmor"]); got != "Y" {
+		t.Errorf("AppArmor enabled in the guest kernel: %q, want Y", got)
+	}
+	ctl.do("confinement")
+	raw, err = vm.WaitConsole(ctx, "NODE-SCENARIO boot=1 confinement=", 1, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := facts(raw)[1]["confinement"]
+	if !strings.Contains(conf, "label=cri-containerd.apparmor.d (enforce)") || !strings.Contains(conf, " denied=0 ") {
+		t.Errorf("the agent's process in the pod: %q, want label=cri-containerd.apparmor.d (enforce) and denied=0", conf)
+	} else {
+		t.Logf("the agent's process in the pod: %s", conf)
+	}
+
 	// A real reboot: systemd-modules-load loads what the pod declared
 	// before containerd, the kubelet and kube-proxy start; the kubelet
 	// restarts the pod, whose conditions stay False.
@@ -217,7 +180,7 @@ func TestKubeletNodeHelmInstall(t *testing.T) {
 	}
 	rebooted := time.Now()
 	back := poll("the pod Running and Ready again after the reboot", 10*time.Minute, func(ctx context.Context) (bool, error) {
-		if !getPod(ctx) || !podConditionTrue(&pod, corev1.PodReady) || len(pod.Status.ContainerStatuses) != 1 {
+		if !getPod(ctx) || !podConditionTrue(pod, corev1.PodReady) || len(pod.Status.ContainerStatuses) != 1 {
 			return false, nil
 		}
 		st := pod.Status.ContainerStatuses[0]
@@ -251,7 +214,7 @@ func TestKubeletNodeHelmInstall(t *testing.T) {
 	upgrade := time.Now()
 	helm(t, srv.Kubeconfig, "upgrade", release, chartDir(), "--namespace", namespace, "--reuse-values", "--set", "remediation.enabled=false")
 	poll("the report-only pod Ready", 10*time.Minute, func(ctx context.Context) (bool, error) {
-		return getPod(ctx) && pod.UID != old && podConditionTrue(&pod, corev1.PodReady), nil
+		return getPod(ctx) && pod.UID != old && podConditionTrue(pod, corev1.PodReady), nil
 	})
 	t.Logf("helm upgrade --set remediation.enabled=false -> report-only pod Ready: %.1f s", time.Since(upgrade).Seconds())
 	c := pod.Spec.Containers[0]
@@ -286,7 +249,7 @@ func TestKubeletNodeHelmInstall(t *testing.T) {
 	upgrade = time.Now()
 	helm(t, srv.Kubeconfig, "upgrade", release, chartDir(), "--namespace", namespace, "--reuse-values", "--set", "remediation.enabled=true")
 	poll("the remediating pod Ready", 10*time.Minute, func(ctx context.Context) (bool, error) {
-		return getPod(ctx) && pod.UID != old && podConditionTrue(&pod, corev1.PodReady), nil
+		return getPod(ctx) && pod.UID != old && podConditionTrue(pod, corev1.PodReady), nil
 	})
 	waitEvents(ctx, t, cs, vm, string(nodestatus.IPVSModulesMissing), map[string]int{"Warning": 1, "Normal": 1})
 	poll("all four conditions False under the remediating pod", 5*time.Minute, func(ctx context.Context) (bool, error) {
@@ -294,6 +257,10 @@ func TestKubeletNodeHelmInstall(t *testing.T) {
 		return err == nil && allFalse(n), nil
 	})
 	t.Logf("helm upgrade --set remediation.enabled=true -> the pod loaded ip_vs_wrr, one Normal, all four False: %.1f s", time.Since(upgrade).Seconds())
+
+	// The e2e's LoadBalancer and strict-ARP scenarios through the pod, then
+	// its cgroup memory with 1,000 LoadBalancer Services.
+	podScenarios(ctx, t, cs, vm, ctl, pod, 2)
 
 	// Uninstall: the post-delete hook's Job runs on the node and leaves no
 	// ipvs-guard condition or annotation on it.
