@@ -16,12 +16,9 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
@@ -29,6 +26,7 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/checkset"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 	"github.com/ipvs-guard/ipvs-guard/pkg/metrics"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
@@ -78,15 +76,16 @@ func newRunCommand() *cobra.Command {
 
 // clusterClients builds the typed client (protobuf, as kube-proxy and
 // kubelet speak: a fraction of JSON's bytes and decoding time on every watch
-// event), the dynamic client (MetalLB's CRD, JSON) and the metadata client
+// event; only the resources ipvs-guard uses, see pkg/kube), the dynamic
+// client (MetalLB's CRD, JSON) and the metadata client
 // (PartialObjectMetadata of every Node).
-func clusterClients(cfg *rest.Config) (kubernetes.Interface, dynamic.Interface, metadata.Interface, error) {
+func clusterClients(cfg *rest.Config) (kube.Interface, dynamic.Interface, metadata.Interface, error) {
 	pb := rest.CopyConfig(cfg)
 	pb.ContentType = runtime.ContentTypeProtobuf
 	pb.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	cs, err := kubernetes.NewForConfig(pb)
+	cs, err := kube.NewForConfig(pb)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("building clientset: %w", err)
+		return nil, nil, nil, fmt.Errorf("building the Kubernetes client: %w", err)
 	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
@@ -167,8 +166,7 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 		checkers[i] = metrics.Instrument(c, am)
 	}
 
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
-	recorder := broadcaster.NewRecorder(scheme.Scheme, nodestatus.ReportingController)
+	recorder := kube.NewRecorder(cs, nodestatus.ReportingController)
 	mgr, err := nodestatus.NewManager(nodestatus.ManagerConfig{
 		NodeName:   node,
 		Client:     nodestatus.NewClient(cs),
@@ -201,10 +199,7 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
-	if err := broadcaster.StartRecordingToSinkWithContext(gctx); err != nil {
-		return fmt.Errorf("starting event recording: %w", err)
-	}
-	defer broadcaster.Shutdown()
+	g.Go(func() error { recorder.Run(gctx); return nil })
 	if opts.healthAddr != "0" {
 		srv, err := server.New(opts.healthAddr, healthz(a, opts.resyncPeriod), readyz(a))
 		if err != nil {

@@ -209,7 +209,7 @@ func TestManagerRetriesConflictAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := &requestLog{}
-	cs := kubernetes.NewForConfigOrDie(log.wrap(s.AdminConfig()))
+	cs := mustKube(t, log.wrap(s.AdminConfig()))
 	m, err := nodestatus.NewManager(nodestatus.ManagerConfig{NodeName: "node-a", Client: nodestatus.NewClient(cs),
 		CachedNode: func() (*corev1.Node, error) { return stale, nil }})
 	if err != nil {

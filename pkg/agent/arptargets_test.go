@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck/shard"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube/kubetest"
 )
 
 func l2Status(name, node, svcNS, svcName string) *unstructured.Unstructured {
@@ -57,7 +59,7 @@ func TestSyncAndARPTargets(t *testing.T) {
 		l2Status("l2-web", "b", "default", "web"),
 		l2Status("l2-mine", "a", "default", "mine"),
 	)
-	v := NewClusterView("a", cs, dyn, metaOf(cs))
+	v := NewClusterView("a", kubetest.FromClientset(cs), dyn, metaOf(cs))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer v.shutdown()
 	defer cancel()
@@ -169,7 +171,7 @@ func TestARPTargetsFollowWithdrawal(t *testing.T) {
 	defer cancel()
 	views := map[string]*ClusterView{}
 	for _, n := range nodes {
-		v := NewClusterView(n, cs, dyn, metaOf(cs))
+		v := NewClusterView(n, kubetest.FromClientset(cs), dyn, metaOf(cs))
 		defer v.shutdown()
 		if err := v.Sync(ctx); err != nil {
 			t.Fatalf("Sync %s: %v", n, err)

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -20,14 +21,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 )
 
 // ServiceL2StatusGVR is MetalLB's layer-2 announcement status resource
@@ -59,12 +58,9 @@ type LoadBalancerIngress struct {
 // read it), hand it to the Agent in Config.View; Agent.Run starts its informers.
 type ClusterView struct {
 	nodeName       string
-	client         kubernetes.Interface
-	factory        informers.SharedInformerFactory
-	sliceFactory   informers.SharedInformerFactory
-	ownFactory     informers.SharedInformerFactory
-	metaFactory    metadatainformer.SharedInformerFactory
-	dynFactory     dynamicinformer.DynamicSharedInformerFactory
+	client         kube.Interface
+	dyn            dynamic.Interface
+	informers      informerSet
 	svcInformer    cache.SharedIndexInformer
 	nodeInformer   cache.SharedIndexInformer
 	services       corelisters.ServiceLister
@@ -112,56 +108,66 @@ const serviceProxyNameLabel = "service.kubernetes.io/service-proxy-name"
 //     cached.
 //   - MetalLB's ServiceL2Status through dyn, when the CRD exists.
 //
-// Caches keep only what is read (no managed fields, no other annotations).
-func NewClusterView(nodeName string, client kubernetes.Interface, dyn dynamic.Interface, meta metadata.Interface) *ClusterView {
-	f := informers.NewSharedInformerFactory(client, 0)
-	svc := f.Core().V1().Services()
-	_ = svc.Informer().SetTransform(stripService)
-	sf := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ProxiedEndpointSlices }))
-	eps := sf.Discovery().V1().EndpointSlices()
-	_ = eps.Informer().SetTransform(stripEndpointSlice)
-	of := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", nodeName).String()
-		}))
-	own := of.Core().V1().Nodes()
-	_ = own.Informer().SetTransform(stripNode)
-	mf := metadatainformer.NewSharedInformerFactory(meta, 0)
-	peers := mf.ForResource(nodesResource)
-	_ = peers.Informer().SetTransform(stripPeer)
+// Caches keep only what is read (no managed fields, no other annotations)
+// and no index but the EndpointSlices' namespace index (the eTP=Local
+// lookup of a Service's endpoints).
+func NewClusterView(nodeName string, client kube.Interface, dyn dynamic.Interface, meta metadata.Interface) *ClusterView {
+	svc := kube.NewInformer(client.Services(metav1.NamespaceAll), &corev1.Service{},
+		kube.InformerOptions{Transform: stripService, Client: client})
+	eps := kube.NewInformer(client.EndpointSlices(metav1.NamespaceAll), &discoveryv1.EndpointSlice{},
+		kube.InformerOptions{Transform: stripEndpointSlice, Client: client, Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+			Tweak: func(o *metav1.ListOptions) { o.LabelSelector = ProxiedEndpointSlices }})
+	own := kube.NewInformer(client.Nodes(), &corev1.Node{},
+		kube.InformerOptions{Transform: stripNode, Client: client,
+			Tweak: func(o *metav1.ListOptions) {
+				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", nodeName).String()
+			}})
+	peers := kube.NewInformer(meta.Resource(nodesResource), &metav1.PartialObjectMetadata{},
+		kube.InformerOptions{Transform: stripPeer, Client: meta})
 	v := &ClusterView{
-		nodeName: nodeName, client: client, factory: f, sliceFactory: sf, ownFactory: of, metaFactory: mf,
-		svcInformer: svc.Informer(), nodeInformer: own.Informer(),
-		services: svc.Lister(), servicesSynced: svc.Informer().HasSynced,
-		ownNode: own.Lister(), nodesSynced: own.Informer().HasSynced,
-		peers: peers.Lister(), peersSynced: peers.Informer().HasSynced,
-		slices: eps.Lister(), slicesSynced: eps.Informer().HasSynced,
+		nodeName: nodeName, client: client, dyn: dyn,
+		svcInformer: svc, nodeInformer: own,
+		services: corelisters.NewServiceLister(svc.GetIndexer()), servicesSynced: svc.HasSynced,
+		ownNode: corelisters.NewNodeLister(own.GetIndexer()), nodesSynced: own.HasSynced,
+		peers: cache.NewGenericLister(peers.GetIndexer(), nodesResource.GroupResource()), peersSynced: peers.HasSynced,
+		slices: discoverylisters.NewEndpointSliceLister(eps.GetIndexer()), slicesSynced: eps.HasSynced,
 	}
-	if dyn != nil {
-		v.dynFactory = dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
-	}
+	v.informers.add(svc, eps, own, peers)
 	return v
 }
 
 // start starts every informer but ServiceL2Status's (startL2 does).
-func (v *ClusterView) start(stop <-chan struct{}) {
-	v.factory.Start(stop)
-	v.sliceFactory.Start(stop)
-	v.ownFactory.Start(stop)
-	v.metaFactory.Start(stop)
-}
+func (v *ClusterView) start(stop <-chan struct{}) { v.informers.start(stop) }
 
 // shutdown waits for every informer to stop (call after stopping them).
-func (v *ClusterView) shutdown() {
-	v.factory.Shutdown()
-	v.sliceFactory.Shutdown()
-	v.ownFactory.Shutdown()
-	v.metaFactory.Shutdown()
-	if v.dynFactory != nil {
-		v.dynFactory.Shutdown()
-	}
+func (v *ClusterView) shutdown() { v.informers.wait() }
+
+// informerSet runs informers once each and waits for them to stop.
+type informerSet struct {
+	mu      sync.Mutex
+	all     []cache.SharedIndexInformer
+	started int
+	wg      sync.WaitGroup
 }
+
+func (s *informerSet) add(infs ...cache.SharedIndexInformer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.all = append(s.all, infs...)
+}
+
+// start runs the informers not yet running until stop is closed.
+func (s *informerSet) start(stop <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, inf := range s.all[s.started:] {
+		s.wg.Go(func() { inf.Run(stop) })
+	}
+	s.started = len(s.all)
+}
+
+// wait waits until every started informer stopped.
+func (s *informerSet) wait() { s.wg.Wait() }
 
 // stripPeer keeps a Node's name and MACsAnnotation, all a peer is read for.
 func stripPeer(obj any) (any, error) {

@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube/kubetest"
 )
 
 func lbService(ns, name string, ips ...string) *corev1.Service {
@@ -53,7 +55,7 @@ func TestClusterView(t *testing.T) {
 		node("b", true, `{"eth0":"02:00:00:00:00:0b","eth1":"02:00:00:00:01:0b"}`),
 		node("c", false, `not json`),
 	)
-	v := NewClusterView("a", cs, nil, metaOf(cs))
+	v := NewClusterView("a", kubetest.FromClientset(cs), nil, metaOf(cs))
 	if _, err := v.LoadBalancerIngresses(); !errors.Is(err, ErrNotSynced) {
 		t.Errorf("before sync: %v, want ErrNotSynced", err)
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
@@ -19,6 +18,7 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
@@ -66,7 +66,7 @@ type Config struct {
 type Cluster struct {
 	// Client reads Services, EndpointSlices, the kube-proxy ConfigMap and
 	// this Node's kube-proxy version.
-	Client kubernetes.Interface
+	Client kube.Interface
 	// View is the agent's informer-fed view of the cluster: the ipvs and
 	// arp-sysctls checks read Services and EndpointSlices from it and the
 	// arp check probes its LoadBalancer IPs. Nil (diagnose), they list

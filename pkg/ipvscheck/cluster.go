@@ -10,7 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 )
 
 // Cluster is what the checks read from the API server.
@@ -22,12 +23,12 @@ type Cluster interface {
 }
 
 // NewCluster returns a Cluster that lists through cs.
-func NewCluster(cs kubernetes.Interface) Cluster { return clientCluster{cs: cs} }
+func NewCluster(cs kube.Interface) Cluster { return clientCluster{cs: cs} }
 
-type clientCluster struct{ cs kubernetes.Interface }
+type clientCluster struct{ cs kube.Interface }
 
 func (c clientCluster) Services(ctx context.Context) ([]corev1.Service, error) {
-	l, err := c.cs.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	l, err := c.cs.Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing Services: %w", err)
 	}
@@ -35,7 +36,7 @@ func (c clientCluster) Services(ctx context.Context) ([]corev1.Service, error) {
 }
 
 func (c clientCluster) EndpointSlices(ctx context.Context) ([]discoveryv1.EndpointSlice, error) {
-	l, err := c.cs.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	l, err := c.cs.EndpointSlices(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing EndpointSlices: %w", err)
 	}

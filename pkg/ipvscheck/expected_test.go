@@ -23,6 +23,8 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs/ipvstest"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube/kubetest"
 )
 
 const node = "vm-node-1"
@@ -268,7 +270,7 @@ func TestChecker(t *testing.T) {
 func TestLoadBalancerIPsFromClientset(t *testing.T) {
 	svcs, _ := fixtureCluster()
 	cs := fake.NewClientset(&svcs[0], &svcs[1], &svcs[2])
-	got, err := LoadBalancerIPs(NewCluster(cs))(context.Background())
+	got, err := LoadBalancerIPs(NewCluster(kubetest.FromClientset(cs)))(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
