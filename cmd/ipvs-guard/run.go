@@ -115,11 +115,14 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 }
 
 // agentGCPercent is the agent's GOGC unless the environment sets one: its
-// heap is mostly long-lived informer caches, and collecting at 1.5× the live
-// heap instead of 2× keeps RSS about 15 % lower (measured with make
-// test-scale: 44 instead of 54 MiB at 300 nodes and 1,000 Services) for
-// about 3 millicores.
-const agentGCPercent = 50
+// heap is mostly long-lived informer caches (about 15 MiB with 1,000 Nodes
+// and 5,000 Services and EndpointSlices), and the runtime keeps up to
+// 1 + GOGC/100 times the live heap. 50 kept RSS about 15 % under the
+// default 100 (make test-scale: 44 instead of 54 MiB at 300 nodes and
+// 1,000 Services) for about 3 millicores; 25 keeps another 3–4 MiB off
+// at 1,000 nodes (make bench-scale; the README's scale section states
+// the garbage collector's CPU share measured with it).
+const agentGCPercent = 25
 
 func runAgent(ctx context.Context, opts *runOptions) error {
 	logger := klog.FromContext(ctx)

@@ -222,6 +222,7 @@ func saveHeapProfile(profileAddr, path string) error {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	fmt.Printf("agent 0's runtime memory statistics (MiB):")
+	var gcs string
 	for sc.Scan() {
 		for _, k := range []string{"HeapAlloc", "HeapInuse", "HeapIdle", "HeapReleased", "Stack", "GCSys", "OtherSys", "Sys", "NextGC"} {
 			if v, ok := strings.CutPrefix(sc.Text(), "# "+k+" = "); ok {
@@ -229,8 +230,14 @@ func saveHeapProfile(profileAddr, path string) error {
 				fmt.Printf(" %s %.1f", k, n/(1<<20))
 			}
 		}
+		// The garbage collector's share of the agent's CPU since it started.
+		for _, k := range []string{"NumGC", "GCCPUFraction"} {
+			if v, ok := strings.CutPrefix(sc.Text(), "# "+k+" = "); ok {
+				gcs += fmt.Sprintf(" %s %s", k, v)
+			}
+		}
 	}
-	fmt.Println()
+	fmt.Printf(";%s\n", gcs)
 	return sc.Err()
 }
 
