@@ -179,7 +179,7 @@ func TestStripServiceFields(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("service (-want +got):\n%s", diff)
 	}
-	if e := ipvscheck.ExpectedVirtualServers([]corev1.Service{*got.(*corev1.Service)}, nil, "n"); len(e) != 2*4 {
+	if e := ipvscheck.ExpectedVirtualServers([]*corev1.Service{got.(*corev1.Service)}, nil, "n"); len(e) != 2*4 {
 		t.Errorf("expected virtual servers from the stripped Service: %d, want 8 (2 ports × 2 cluster IPs, external IP, ingress IP)", len(e))
 	}
 }

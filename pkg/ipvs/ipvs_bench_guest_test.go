@@ -187,11 +187,11 @@ func resyncChecker(b *testing.B, h ipvs.Interface) *ipvscheck.Checker {
 	for i := 0; i < benchVirtualServers; i++ {
 		name := fmt.Sprintf("svc-%05d", i)
 		vip := fmt.Sprintf("10.%d.%d.%d", 96+i/65536, (i/256)%256, i%256)
-		cl.svcs = append(cl.svcs, corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		cl.svcs = append(cl.svcs, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
 			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: vip, ClusterIPs: []string{vip},
 				Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}}}})
 		port, proto := int32(8080), corev1.ProtocolTCP
-		cl.eps = append(cl.eps, discoveryv1.EndpointSlice{
+		cl.eps = append(cl.eps, &discoveryv1.EndpointSlice{
 			ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: name}},
 			AddressType: discoveryv1.AddressTypeIPv4,
 			Endpoints: []discoveryv1.Endpoint{
@@ -211,11 +211,11 @@ func resyncChecker(b *testing.B, h ipvs.Interface) *ipvscheck.Checker {
 
 // benchCluster serves fixed Services and EndpointSlices, as the agent's caches do.
 type benchCluster struct {
-	svcs []corev1.Service
-	eps  []discoveryv1.EndpointSlice
+	svcs []*corev1.Service
+	eps  []*discoveryv1.EndpointSlice
 }
 
-func (c benchCluster) Services(context.Context) ([]corev1.Service, error) { return c.svcs, nil }
-func (c benchCluster) EndpointSlices(context.Context) ([]discoveryv1.EndpointSlice, error) {
+func (c benchCluster) Services(context.Context) ([]*corev1.Service, error) { return c.svcs, nil }
+func (c benchCluster) EndpointSlices(context.Context) ([]*discoveryv1.EndpointSlice, error) {
 	return c.eps, nil
 }
