@@ -78,6 +78,9 @@ type ClusterView struct {
 	mu       sync.RWMutex
 	l2       cache.GenericLister
 	l2Synced cache.InformerSynced
+
+	// macs decodes the peers' MACsAnnotation once per distinct value.
+	macs macsMemo
 }
 
 // nodesResource is the Nodes resource, watched metadata-only.
@@ -325,7 +328,8 @@ func (v *ClusterView) Peers() ([]string, error) {
 	var out []string
 	for _, o := range objs {
 		if m, ok := o.(*metav1.PartialObjectMetadata); ok {
-			if _, err := DecodeMACs(m.Annotations[MACsAnnotation]); err == nil {
+			raw, has := m.Annotations[MACsAnnotation]
+			if _, ok := v.macs.decode(raw, has); ok {
 				out = append(out, m.Name)
 			}
 		}
@@ -334,7 +338,8 @@ func (v *ClusterView) Peers() ([]string, error) {
 	return out, nil
 }
 
-// peerMACs decodes the MACs node published; nil when it published none.
+// peerMACs returns the MACs node published (read-only); nil when it
+// published none.
 func (v *ClusterView) peerMACs(node string) map[string]string {
 	o, err := v.peers.Get(node)
 	if err != nil {
@@ -345,13 +350,7 @@ func (v *ClusterView) peerMACs(node string) map[string]string {
 		return nil
 	}
 	raw, has := m.Annotations[MACsAnnotation]
-	if !has {
-		return nil
-	}
-	macs, err := DecodeMACs(raw)
-	if err != nil {
-		return nil
-	}
+	macs, _ := v.macs.decode(raw, has)
 	return macs
 }
 
