@@ -5,7 +5,6 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -26,7 +25,6 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -63,18 +61,19 @@ type ClusterView struct {
 	factory        informers.SharedInformerFactory
 	sliceFactory   informers.SharedInformerFactory
 	ownFactory     informers.SharedInformerFactory
-	metaFactory    metadatainformer.SharedInformerFactory
 	dynFactory     dynamicinformer.DynamicSharedInformerFactory
 	svcInformer    cache.SharedIndexInformer
 	nodeInformer   cache.SharedIndexInformer
 	services       corelisters.ServiceLister
 	ownNode        corelisters.NodeLister
-	peers          cache.GenericLister
 	servicesSynced cache.InformerSynced
 	nodesSynced    cache.InformerSynced
-	peersSynced    cache.InformerSynced
-	slices         discoverylisters.EndpointSliceLister
-	slicesSynced   cache.InformerSynced
+	// peers are the nodes ARP probes are sharded over (peers.go); macs
+	// names ARP responders from Node annotations read on demand (nodemacs.go).
+	peers        *peerSet
+	macs         *macDirectory
+	slices       discoverylisters.EndpointSliceLister
+	slicesSynced cache.InformerSynced
 
 	// l2StartMu serialises startL2 (the ServiceL2Status informer starts once).
 	l2StartMu sync.Mutex
@@ -84,7 +83,7 @@ type ClusterView struct {
 	l2Synced cache.InformerSynced
 }
 
-// nodesResource is the Nodes resource, watched metadata-only.
+// nodesResource is the Nodes resource, read metadata-only (nodemacs.go).
 var nodesResource = corev1.SchemeGroupVersion.WithResource("nodes")
 
 // ProxiedEndpointSlices selects the EndpointSlices kube-proxy programs, as
@@ -105,14 +104,15 @@ const serviceProxyNameLabel = "service.kubernetes.io/service-proxy-name"
 //     selector kube-proxy uses): real servers against ready endpoints.
 //   - this Node only (field selector metadata.name): the conditions the
 //     status manager compares before it writes.
-//   - every Node, metadata only (PartialObjectMetadata): the MACs each agent
-//     publishes in MACsAnnotation name ARP responders, and the nodes that
-//     publish them are the peers the ARP probes are sharded over. Node
-//     status, which every kubelet rewrites, is neither received in full nor
-//     cached.
+//   - the EndpointSlices of the agents' own headless Service, when
+//     UsePeersService names it: the peers the ARP probes are sharded over
+//     (peers.go).
 //   - MetalLB's ServiceL2Status through dyn, when the CRD exists.
 //
-// Caches keep only what is read (no managed fields, no other annotations).
+// No other Node is watched: the MACs other agents publish in MACsAnnotation
+// are read through meta (metadata only) when a probe needs them
+// (nodemacs.go). Caches keep only what is read (no managed fields, no other
+// annotations).
 func NewClusterView(nodeName string, client kubernetes.Interface, dyn dynamic.Interface, meta metadata.Interface) *ClusterView {
 	f := informers.NewSharedInformerFactory(client, 0)
 	svc := f.Core().V1().Services()
@@ -127,16 +127,17 @@ func NewClusterView(nodeName string, client kubernetes.Interface, dyn dynamic.In
 		}))
 	own := of.Core().V1().Nodes()
 	_ = own.Informer().SetTransform(stripNode)
-	mf := metadatainformer.NewSharedInformerFactory(meta, 0)
-	peers := mf.ForResource(nodesResource)
-	_ = peers.Informer().SetTransform(stripPeer)
 	v := &ClusterView{
-		nodeName: nodeName, client: client, factory: f, sliceFactory: sf, ownFactory: of, metaFactory: mf,
+		nodeName: nodeName, client: client, factory: f, sliceFactory: sf, ownFactory: of,
 		svcInformer: svc.Informer(), nodeInformer: own.Informer(),
 		services: svc.Lister(), servicesSynced: svc.Informer().HasSynced,
 		ownNode: own.Lister(), nodesSynced: own.Informer().HasSynced,
-		peers: peers.Lister(), peersSynced: peers.Informer().HasSynced,
 		slices: eps.Lister(), slicesSynced: eps.Informer().HasSynced,
+		peers: newPeerSet(nodeName, client, types.NamespacedName{}),
+		macs:  newMACDirectory(nil),
+	}
+	if meta != nil {
+		v.macs = newMACDirectory(meta.Resource(nodesResource))
 	}
 	if dyn != nil {
 		v.dynFactory = dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
@@ -149,7 +150,7 @@ func (v *ClusterView) start(stop <-chan struct{}) {
 	v.factory.Start(stop)
 	v.sliceFactory.Start(stop)
 	v.ownFactory.Start(stop)
-	v.metaFactory.Start(stop)
+	v.peers.start(stop)
 }
 
 // shutdown waits for every informer to stop (call after stopping them).
@@ -157,24 +158,10 @@ func (v *ClusterView) shutdown() {
 	v.factory.Shutdown()
 	v.sliceFactory.Shutdown()
 	v.ownFactory.Shutdown()
-	v.metaFactory.Shutdown()
+	v.peers.shutdown()
 	if v.dynFactory != nil {
 		v.dynFactory.Shutdown()
 	}
-}
-
-// stripPeer keeps a Node's name and MACsAnnotation, all a peer is read for.
-func stripPeer(obj any) (any, error) {
-	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-		m.ManagedFields = nil
-		m.Labels = nil
-		macs, has := m.Annotations[MACsAnnotation]
-		m.Annotations = nil
-		if has {
-			m.Annotations = map[string]string{MACsAnnotation: macs}
-		}
-	}
-	return obj, nil
 }
 
 func (v *ClusterView) setL2(l cache.GenericLister, synced cache.InformerSynced) {
@@ -185,7 +172,7 @@ func (v *ClusterView) setL2(l cache.GenericLister, synced cache.InformerSynced) 
 
 // HasSynced reports whether every informer behind the view completed its first list.
 func (v *ClusterView) HasSynced() bool {
-	if v == nil || !v.servicesSynced() || !v.nodesSynced() || !v.peersSynced() || !v.slicesSynced() {
+	if v == nil || !v.servicesSynced() || !v.nodesSynced() || !v.peers.hasSynced() || !v.slicesSynced() {
 		return false
 	}
 	v.mu.RLock()
@@ -298,92 +285,6 @@ func (v *ClusterView) announcers() map[types.NamespacedName]announcer {
 			}
 		}
 		out[types.NamespacedName{Namespace: ns, Name: name}] = announcer{node: node, ifaces: ifaces}
-	}
-	return out
-}
-
-// Peers returns the names of the Nodes that run ipvs-guard (they published
-// MACsAnnotation), sorted: the nodes the ARP probes are sharded over. It
-// reads Node metadata only, never status, so kubelets' status updates cost
-// the agent no decoding of a full Node; a node that stops for good keeps its
-// annotation until it is deleted, and its share of IPs is then probed by the
-// other k-1 probers only.
-func (v *ClusterView) Peers() ([]string, error) {
-	if v == nil || !v.peersSynced() {
-		return nil, ErrNotSynced
-	}
-	objs, err := v.peers.List(labels.Everything())
-	if err != nil {
-		return nil, fmt.Errorf("listing nodes from cache: %w", err)
-	}
-	var out []string
-	for _, o := range objs {
-		if m, ok := o.(*metav1.PartialObjectMetadata); ok {
-			if _, err := DecodeMACs(m.Annotations[MACsAnnotation]); err == nil {
-				out = append(out, m.Name)
-			}
-		}
-	}
-	slices.Sort(out)
-	return out, nil
-}
-
-// peerMACs decodes the MACs node published; nil when it published none.
-func (v *ClusterView) peerMACs(node string) map[string]string {
-	o, err := v.peers.Get(node)
-	if err != nil {
-		return nil
-	}
-	m, ok := o.(*metav1.PartialObjectMetadata)
-	if !ok {
-		return nil
-	}
-	raw, has := m.Annotations[MACsAnnotation]
-	if !has {
-		return nil
-	}
-	macs, err := DecodeMACs(raw)
-	if err != nil {
-		return nil
-	}
-	return macs
-}
-
-// NodeForMAC names the node whose published MACs (MACsAnnotation) include
-// mac, with the interface; ok is false when no node claims it.
-func (v *ClusterView) NodeForMAC(mac net.HardwareAddr) (node, iface string, ok bool) {
-	peers, err := v.Peers()
-	if err != nil {
-		return "", "", false
-	}
-	want := strings.ToLower(mac.String())
-	for _, n := range peers {
-		for ifc, m := range v.peerMACs(n) {
-			if strings.ToLower(m) == want {
-				return n, ifc, true
-			}
-		}
-	}
-	return "", "", false
-}
-
-// NodeMACs returns the MACs node published (MACsAnnotation), sorted by
-// interface name; nil when it published none or the cache is not synced.
-func (v *ClusterView) NodeMACs(node string) []net.HardwareAddr {
-	if v == nil || !v.peersSynced() || node == "" {
-		return nil
-	}
-	macs := v.peerMACs(node)
-	names := make([]string, 0, len(macs))
-	for k := range macs {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	var out []net.HardwareAddr
-	for _, k := range names {
-		if hw, err := net.ParseMAC(macs[k]); err == nil {
-			out = append(out, hw)
-		}
 	}
 	return out
 }
