@@ -31,12 +31,12 @@ func peersSlice(ns, svc string, nodes ...string) *discoveryv1.EndpointSlice {
 	}
 	for i, n := range nodes {
 		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.0.0.%d", i+1)},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptrTo(true)}, NodeName: ptrTo(n)})
+			Conditions: discoveryv1.EndpointConditions{Ready: ref(true)}, NodeName: ref(n)})
 	}
 	return es
 }
 
-func ptrTo[T any](v T) *T { return &v }
+func ref[T any](v T) *T { return &v }
 
 func TestParsePeersService(t *testing.T) {
 	for _, tc := range []struct {
@@ -65,7 +65,7 @@ func TestParsePeersService(t *testing.T) {
 func TestPeersFromEndpointSlices(t *testing.T) {
 	second := peersSlice("ipvs-guard", "peers", "d", "e", "f")
 	second.Name = "peers-fghij"
-	second.Endpoints[1].Conditions.Ready = ptrTo(false)                                                // e: not ready
+	second.Endpoints[1].Conditions.Ready = ref(false)                                                // e: not ready
 	second.Endpoints[2].Conditions.Ready = nil                                                         // f: unknown, counts as ready
 	second.Endpoints = append(second.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.0.0.9"}}) // no node
 	other := peersSlice("ipvs-guard", "metrics", "x")
