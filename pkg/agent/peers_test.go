@@ -65,7 +65,7 @@ func TestParsePeersService(t *testing.T) {
 func TestPeersFromEndpointSlices(t *testing.T) {
 	second := peersSlice("ipvs-guard", "peers", "d", "e", "f")
 	second.Name = "peers-fghij"
-	second.Endpoints[1].Conditions.Ready = ref(false)                                                // e: not ready
+	second.Endpoints[1].Conditions.Ready = ref(false)                                                  // e: not ready
 	second.Endpoints[2].Conditions.Ready = nil                                                         // f: unknown, counts as ready
 	second.Endpoints = append(second.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.0.0.9"}}) // no node
 	other := peersSlice("ipvs-guard", "metrics", "x")
