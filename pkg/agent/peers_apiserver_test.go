@@ -112,6 +112,16 @@ func TestPeersFollowEndpointSlice(t *testing.T) {
 	}
 
 	eventually(t, 10*time.Second, "view synced", v.HasSynced)
+	// Headless Services (the peers Service here) are not watched, as
+	// kube-proxy does not: no VIP, no LoadBalancer IP.
+	svcs, err := v.Services()
+	var names []string
+	for _, s := range svcs {
+		names = append(names, s.Namespace+"/"+s.Name)
+	}
+	if err != nil || slices.Contains(names, svc.String()) || !slices.Contains(names, "default/web") {
+		t.Errorf("Services in the view: %v, %v; want default/web and no headless one", names, err)
+	}
 	expect("two agents", []string{"node-a", "node-b"})
 	set("node-c's agent ready", []string{"node-a", "node-b", "node-c"}, nil, []string{"node-a", "node-b", "node-c"})
 	set("node-c's agent unready", []string{"node-a", "node-b", "node-c"}, map[string]bool{"node-c": true}, []string{"node-a", "node-b"})

@@ -91,6 +91,11 @@ var nodesResource = corev1.SchemeGroupVersion.WithResource("nodes")
 // server) nor of Services another proxy serves.
 const ProxiedEndpointSlices = "!" + corev1.IsHeadlessService + ",!" + serviceProxyNameLabel
 
+// NotHeadlessServices selects the Services that have a cluster IP, as
+// kube-proxy's Service informer does: a headless Service (a StatefulSet's, the
+// agents' own peers Service) has no virtual server and no LoadBalancer IP.
+const NotHeadlessServices = "spec.clusterIP!=" + corev1.ClusterIPNone
+
 // serviceProxyNameLabel marks a Service another proxy than kube-proxy serves.
 const serviceProxyNameLabel = "service.kubernetes.io/service-proxy-name"
 
@@ -98,8 +103,10 @@ const serviceProxyNameLabel = "service.kubernetes.io/service-proxy-name"
 // the cluster through; what each watches, and why (see the README's scale
 // section for the cost):
 //
-//   - Services, all of them: the ipvs check compares every VIP kube-proxy
-//     must program; LoadBalancer ingress IPs are the ARP targets.
+//   - Services but headless ones (NotHeadlessServices, kube-proxy's field
+//     selector): the ipvs check compares every VIP kube-proxy must program;
+//     LoadBalancer ingress IPs are the ARP targets. A headless Service has
+//     neither.
 //   - EndpointSlices of proxied Services (ProxiedEndpointSlices, the
 //     selector kube-proxy uses): real servers against ready endpoints.
 //   - this Node only (field selector metadata.name): the conditions the
@@ -114,7 +121,8 @@ const serviceProxyNameLabel = "service.kubernetes.io/service-proxy-name"
 // (nodemacs.go). Caches keep only what is read (no managed fields, no other
 // annotations).
 func NewClusterView(nodeName string, client kubernetes.Interface, dyn dynamic.Interface, meta metadata.Interface) *ClusterView {
-	f := informers.NewSharedInformerFactory(client, 0)
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = NotHeadlessServices }))
 	svc := f.Core().V1().Services()
 	_ = svc.Informer().SetTransform(stripService)
 	sf := informers.NewSharedInformerFactoryWithOptions(client, 0,
