@@ -119,3 +119,42 @@ func TestShardMemo(t *testing.T) {
 		t.Errorf("memo holds %d IPs after a run that asked about 1", len(m.mine))
 	}
 }
+
+// BenchmarkShardRun is one ARP run's "which IPs are mine" at 5,000 IPs and
+// 1,000 peers: hashing every IP against every peer (every run before the
+// memo), and through the memo once it holds the IPs (every later run while
+// the peers stay the same).
+func BenchmarkShardRun(b *testing.B) {
+	peers := make([]string, 1000)
+	for i := range peers {
+		peers[i] = fmt.Sprintf("node-%04d", i)
+	}
+	ips := make([]shard.IP, 5000)
+	for i := range ips {
+		ips[i] = shard.IP{Addr: netip.AddrFrom4([4]byte{198, 18, byte(i / 250), byte(i%250 + 1)}), Announcer: peers[i%len(peers)]}
+	}
+	b.Run("assigner", func(b *testing.B) {
+		for range b.N {
+			a := shard.NewAssigner(peers, shard.DefaultK)
+			for _, ip := range ips {
+				_ = slices.Contains(a.Probers(ip), "node-0007")
+			}
+		}
+	})
+	b.Run("memo", func(b *testing.B) {
+		var m shardMemo
+		probes, done := m.filter(peers, shard.DefaultK, "node-0007")
+		for _, ip := range ips {
+			probes(ip)
+		}
+		done()
+		b.ResetTimer()
+		for range b.N {
+			probes, done := m.filter(peers, shard.DefaultK, "node-0007")
+			for _, ip := range ips {
+				probes(ip)
+			}
+			done()
+		}
+	})
+}
