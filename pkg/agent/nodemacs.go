@@ -20,8 +20,8 @@ import (
 // How the MAC directory reads Node annotations on demand. Per agent and
 // hour it makes at most
 //
-//	GETs  ≤ A × 60/MACTTLMinutes + P × 60/MACRereadMinutes (and at most macGetBudget a minute)
-//	LISTs ≤ min(60, U × 60/UnknownTTLMinutes)
+//	GETs  ≤ 2·A + 120·P   (1 h / macTTL, 1 h / macReread; at most macGetBudget a minute)
+//	LISTs ≤ 2·U, at most 60   (1 h / macUnknownTTL, 1 h / macListInterval)
 //
 // where A is the number of distinct announcing nodes of the IPs it probes
 // that answered (≤ k × LoadBalancer IPs / N with sharding), P the announcers
