@@ -45,6 +45,7 @@ type runOptions struct {
 	apiQPS       float32
 	apiBurst     int
 	profiling    bool
+	peersService string
 }
 
 func newRunCommand() *cobra.Command {
@@ -56,6 +57,9 @@ func newRunCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := opts.validate(); err != nil {
 				return err
+			}
+			if _, err := agent.ParsePeersService(opts.peersService); err != nil {
+				return fmt.Errorf("--peers-service: %w", err)
 			}
 			return runAgent(cmd.Context(), &opts)
 		},
@@ -70,6 +74,7 @@ func newRunCommand() *cobra.Command {
 	f.DurationVar(&opts.initialDelay, "initial-publish-delay", agent.DefaultInitialPublishDelay, "publish conditions after this long even if a check has not finished")
 	f.Float32Var(&opts.apiQPS, "kube-api-qps", 5, "queries per second to the API server")
 	f.IntVar(&opts.apiBurst, "kube-api-burst", 10, "burst of queries to the API server")
+	f.StringVar(&opts.peersService, "peers-service", "", "namespace/name of the headless Service selecting the agents' pods: its ready endpoints' nodes are the peers ARP probes are sharded over (the chart sets it); without it this node probes every LoadBalancer IP it does not announce")
 	f.BoolVar(&opts.profiling, "profiling", false, "serve Go's /debug/pprof on the health probe address (for measuring the agent's memory and CPU)")
 	return cmd
 }
@@ -77,8 +82,8 @@ func newRunCommand() *cobra.Command {
 // clusterClients builds the typed client (protobuf, as kube-proxy and
 // kubelet speak: a fraction of JSON's bytes and decoding time on every watch
 // event; only the resources ipvs-guard uses, see pkg/kube), the dynamic
-// client (MetalLB's CRD, JSON) and the metadata client
-// (PartialObjectMetadata of every Node).
+// client (MetalLB's CRD, JSON) and the metadata client (Node metadata, read
+// when an ARP probe needs another node's MACs).
 func clusterClients(cfg *rest.Config) (kube.Interface, dynamic.Interface, metadata.Interface, error) {
 	pb := rest.CopyConfig(cfg)
 	pb.ContentType = runtime.ContentTypeProtobuf
@@ -143,7 +148,15 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 	if err != nil {
 		return err
 	}
+	peers, err := agent.ParsePeersService(opts.peersService)
+	if err != nil {
+		return err
+	}
 	view := agent.NewClusterView(node, cs, dyn, meta)
+	view.UsePeersService(peers)
+	if peers.Name == "" {
+		logger.Info("No --peers-service: this node probes every LoadBalancer IP it does not announce (not sharded)")
+	}
 
 	reg, am, err := metrics.NewRegistry()
 	if err != nil {

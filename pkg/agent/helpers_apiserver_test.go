@@ -18,6 +18,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -34,6 +35,7 @@ import (
 type requestLog struct {
 	mu   sync.Mutex
 	reqs []string // "METHOD path code"
+	uris []string // "METHOD path?query"
 }
 
 func (l *requestLog) wrap(cfg *rest.Config) *rest.Config {
@@ -47,6 +49,7 @@ func (l *requestLog) wrap(cfg *rest.Config) *rest.Config {
 			}
 			l.mu.Lock()
 			l.reqs = append(l.reqs, req.Method+" "+req.URL.Path+" "+code)
+			l.uris = append(l.uris, req.Method+" "+req.URL.RequestURI())
 			l.mu.Unlock()
 			return resp, err
 		})
@@ -62,6 +65,20 @@ func (l *requestLog) writes() []string {
 	for _, r := range l.reqs {
 		if !strings.HasPrefix(r, "GET ") {
 			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// requests returns "METHOD path?query" of every request so far whose path
+// starts with prefix.
+func (l *requestLog) requests(prefix string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, u := range l.uris {
+		if _, p, _ := strings.Cut(u, " "); strings.HasPrefix(p, prefix) {
+			out = append(out, u)
 		}
 	}
 	return out
@@ -162,6 +179,8 @@ type agentOptions struct {
 	real func(v *ClusterView) []check.Checker
 	// userAgent, when set, is the agent's client's User-Agent (the audit log names it).
 	userAgent string
+	// peers, when set, is the agent's peers Service (--peers-service).
+	peers types.NamespacedName
 }
 
 func startAgent(t *testing.T, s *apiservertest.Server, node string, o agentOptions) *agentUnderTest {
@@ -177,6 +196,7 @@ func startAgent(t *testing.T, s *apiservertest.Server, node string, o agentOptio
 		dyn = dynamic.NewForConfigOrDie(cfg)
 	}
 	view := NewClusterView(node, cs, dyn, metadata.NewForConfigOrDie(cfg))
+	view.UsePeersService(o.peers)
 	recorder := kube.NewRecorder(cs, nodestatus.ReportingController)
 	ctx, cancel := context.WithCancel(context.Background())
 	go recorder.Run(ctx)

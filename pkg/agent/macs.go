@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 )
 
 // MACsAnnotation is the Node annotation where each agent publishes its own
@@ -61,44 +60,4 @@ func DecodeMACs(s string) (map[string]string, error) {
 		return nil, fmt.Errorf("decoding %s annotation: %w", MACsAnnotation, err)
 	}
 	return m, nil
-}
-
-// maxDecodedMACs bounds macsMemo; past it the memo starts afresh.
-const maxDecodedMACs = 4096
-
-// macsMemo remembers what DecodeMACs made of each annotation value it was
-// given. Every ARP run shards over every peer and names each responding MAC
-// by searching every peer's annotation: decoding them each time was
-// thousands of JSON decodes per run with 1,000 nodes. Values are few (one
-// per agent, changing with its interfaces) and the results are read-only.
-// Safe for concurrent use.
-type macsMemo struct {
-	mu      sync.Mutex
-	decoded map[string]decodedMACs
-}
-
-type decodedMACs struct {
-	macs map[string]string
-	ok   bool // false: malformed
-}
-
-// decode returns DecodeMACs(raw) from the memo, ok false for a malformed
-// value; has false (no annotation) decodes nothing. The map returned must
-// not be modified.
-func (m *macsMemo) decode(raw string, has bool) (macs map[string]string, ok bool) {
-	if !has {
-		return nil, false
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if d, found := m.decoded[raw]; found {
-		return d.macs, d.ok
-	}
-	if m.decoded == nil || len(m.decoded) >= maxDecodedMACs {
-		m.decoded = map[string]decodedMACs{}
-	}
-	macs, err := DecodeMACs(raw)
-	d := decodedMACs{macs: macs, ok: err == nil}
-	m.decoded[raw] = d
-	return d.macs, d.ok
 }

@@ -76,8 +76,8 @@ type Cluster struct {
 	// Dynamic reads MetalLB's ServiceL2Status for the one-shot view; nil
 	// with no View leaves the arp check to ProbeIPs.
 	Dynamic dynamic.Interface
-	// Metadata reads the Nodes' metadata (their MAC annotations) for the
-	// one-shot view; required with Dynamic and no View.
+	// Metadata reads Nodes' metadata (their MAC annotations) when a probe
+	// needs them, for the one-shot view.
 	Metadata metadata.Interface
 	// ShardK is how many nodes probe each LoadBalancer IP; 0 probes every
 	// IP from this node.
@@ -195,10 +195,10 @@ func arpChecker(ctx context.Context, cfg Config) (check.Checker, error) {
 			}}, nil
 		}
 	}
-	return arpcheck.NewChecker(arpcheck.CheckerOptions{Targets: view.ARPTargets(c.ShardK), NodeForMAC: view.ResponderNode})
+	return arpcheck.NewChecker(arpcheck.CheckerOptions{Targets: view.ARPTargets(c.ShardK), Directory: view.MACDirectory()})
 }
 
-// listOnce fills a view of the cluster (Services, Nodes, MetalLB's
+// listOnce fills a view of the cluster (Services, this Node, MetalLB's
 // ServiceL2Status) with one listing; its informers stop when it returns.
 func listOnce(ctx context.Context, node string, c *Cluster) (*agent.ClusterView, error) {
 	timeout := c.ListTimeout
