@@ -50,7 +50,7 @@ test-apiserver:
 	@echo "--- tier: apiserver"
 	hack/apiserver/test.sh
 
-## test-scale: CI-sized cluster scale run: simulated nodes, Service churn, real agents; no Node write, RSS < 50 MiB
+## test-scale: CI-sized cluster scale run: simulated nodes, Service churn, real agents; no Node write, RSS < 40 MiB at this size
 .PHONY: test-scale
 test-scale:
 	@echo "--- tier: scale"

@@ -171,24 +171,24 @@ func TestRender(t *testing.T) {
 	}{
 		{
 			name:       "defaults: remediation on",
-			wantKinds:  []string{"ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantKinds:  []string{"ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "Service", "ServiceAccount", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:   []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
 			wantMounts: bootMounts(false),
-			wantArgs:   []string{"run", "--remediate", "--metrics-bind-address=:9473", "--health-probe-bind-address=:9474", "--resync-period=1m", "--kube-proxy-metrics-address=127.0.0.1:10249"},
+			wantArgs:   []string{"run", "--remediate", "--metrics-bind-address=:9473", "--health-probe-bind-address=:9474", "--resync-period=1m", "--kube-proxy-metrics-address=127.0.0.1:10249", "--peers-service=ipvs-guard/ipvs-guard-peers"},
 		},
 		{
 			name:        "report-only: no SYS_MODULE, no writable host mount",
 			set:         []string{"remediation.enabled=false"},
-			wantKinds:   []string{"ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantKinds:   []string{"ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "Service", "ServiceAccount", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:    []corev1.Capability{"NET_ADMIN", "NET_RAW"},
 			wantMounts:  bootMounts(true),
 			wantArgs:    []string{"run", "--metrics-bind-address=:9473"},
 			notWantArgs: []string{"--remediate"},
 		},
 		{
-			name:       "metrics off, no uninstall cleanup: no Service, metrics server disabled, no hook",
+			name:       "metrics off, no uninstall cleanup: only the peers Service, metrics server disabled, no hook",
 			set:        []string{"metrics.enabled=false", "dashboard.enabled=false", "cleanupOnUninstall.enabled=false"},
-			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "Role", "Role", "RoleBinding", "RoleBinding", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:   []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
 			wantMounts: bootMounts(false),
 			wantArgs:   []string{"--metrics-bind-address=0", "--health-probe-bind-address=:9474"},
@@ -196,7 +196,7 @@ func TestRender(t *testing.T) {
 		{
 			name:       "monitoring: ServiceMonitor, PrometheusRule, scheduler and interface",
 			set:        []string{"metrics.serviceMonitor.enabled=true", "prometheusRule.enabled=true", "scheduler=lc", "arp.interface=eth0", "rbac.create=false", "admissionPolicy.enabled=false", "serviceAccount.create=false", "serviceAccount.name=agent"},
-			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "PrometheusRule", "Service", "ServiceAccount", "ServiceMonitor"},
+			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "PrometheusRule", "Service", "Service", "ServiceAccount", "ServiceMonitor"},
 			wantCaps:   []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
 			wantMounts: bootMounts(false),
 			wantArgs:   []string{"--scheduler=lc", "--interface=eth0"},
@@ -311,6 +311,43 @@ func TestRender(t *testing.T) {
 				t.Error("readiness probe is not GET /readyz")
 			}
 		})
+	}
+}
+
+// TestPeersService checks the Service the agents find their peers through,
+// whatever the values: headless (kube-proxy ignores it), selecting exactly
+// the DaemonSet's pods, not publishing unready ones, in the release
+// namespace, and named by the agents' --peers-service.
+func TestPeersService(t *testing.T) {
+	for _, set := range [][]string{nil, {"metrics.enabled=false", "dashboard.enabled=false"}, {"fullnameOverride=guard"}} {
+		out, stderr, err := render(t, set...)
+		if err != nil {
+			t.Fatalf("helm template %v: %v\n%s", set, err, stderr)
+		}
+		objs := split(t, out)
+		ds := daemonSet(t, objs)
+		var peers *corev1.Service
+		for _, o := range objs {
+			if o.kind == "Service" && strings.HasSuffix(o.name, "-peers") {
+				peers = &corev1.Service{}
+				if err := yaml.UnmarshalStrict(o.raw, peers); err != nil {
+					t.Fatalf("peers Service does not decode strictly: %v", err)
+				}
+			}
+		}
+		if peers == nil {
+			t.Fatalf("%v: no peers Service", set)
+		}
+		if peers.Spec.ClusterIP != corev1.ClusterIPNone || peers.Spec.PublishNotReadyAddresses {
+			t.Errorf("%v: peers Service clusterIP %q publishNotReadyAddresses %v, want headless, ready endpoints only", set, peers.Spec.ClusterIP, peers.Spec.PublishNotReadyAddresses)
+		}
+		if diff := cmp.Diff(ds.Spec.Selector.MatchLabels, peers.Spec.Selector); diff != "" {
+			t.Errorf("%v: peers Service selector differs from the DaemonSet's (-ds +svc):\n%s", set, diff)
+		}
+		want := "--peers-service=" + peers.Namespace + "/" + peers.Name
+		if peers.Namespace != "ipvs-guard" || !slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, want) {
+			t.Errorf("%v: agent args %q lack %q", set, ds.Spec.Template.Spec.Containers[0].Args, want)
+		}
 	}
 }
 

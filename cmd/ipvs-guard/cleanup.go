@@ -9,10 +9,10 @@ import (
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 )
 
@@ -35,9 +35,9 @@ func newCleanupCommand() *cobra.Command {
 				return err
 			}
 			cfg.UserAgent = "ipvs-guard-cleanup"
-			cs, err := kubernetes.NewForConfig(cfg)
+			cs, err := kube.NewForConfig(cfg)
 			if err != nil {
-				return fmt.Errorf("building clientset: %w", err)
+				return fmt.Errorf("building the Kubernetes client: %w", err)
 			}
 			return cleanupNodes(cmd.Context(), cs)
 		},
@@ -48,14 +48,14 @@ func newCleanupCommand() *cobra.Command {
 
 // cleanupNodes removes ipvs-guard's conditions and annotations from every
 // Node, page by page; it tries every Node and returns every failure.
-func cleanupNodes(ctx context.Context, cs kubernetes.Interface) error {
+func cleanupNodes(ctx context.Context, cs kube.Interface) error {
 	logger := klog.FromContext(ctx)
 	client := nodestatus.NewClient(cs)
 	var errs []error
 	cleaned, seen := 0, 0
 	opts := metav1.ListOptions{Limit: cleanupPageSize}
 	for {
-		list, err := cs.CoreV1().Nodes().List(ctx, opts)
+		list, err := cs.Nodes().List(ctx, opts)
 		if err != nil {
 			return fmt.Errorf("listing nodes: %w", err)
 		}

@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube/kubetest"
 )
 
 func TestCleanupNodes(t *testing.T) {
@@ -25,7 +27,7 @@ func TestCleanupNodes(t *testing.T) {
 		node("b", nil, "Ready", "DiskPressure"),
 		node("c", map[string]string{"ipvs-guard.io/macs": "x"}, "LoadBalancerARPFailing"),
 	)
-	if err := cleanupNodes(context.Background(), cs); err != nil {
+	if err := cleanupNodes(context.Background(), kubetest.FromClientset(cs)); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string][]string{}

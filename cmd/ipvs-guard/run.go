@@ -16,12 +16,9 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
@@ -29,6 +26,7 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/checkset"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 	"github.com/ipvs-guard/ipvs-guard/pkg/metrics"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
@@ -47,6 +45,7 @@ type runOptions struct {
 	apiQPS       float32
 	apiBurst     int
 	profiling    bool
+	peersService string
 }
 
 func newRunCommand() *cobra.Command {
@@ -58,6 +57,9 @@ func newRunCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := opts.validate(); err != nil {
 				return err
+			}
+			if _, err := agent.ParsePeersService(opts.peersService); err != nil {
+				return fmt.Errorf("--peers-service: %w", err)
 			}
 			return runAgent(cmd.Context(), &opts)
 		},
@@ -72,21 +74,23 @@ func newRunCommand() *cobra.Command {
 	f.DurationVar(&opts.initialDelay, "initial-publish-delay", agent.DefaultInitialPublishDelay, "publish conditions after this long even if a check has not finished")
 	f.Float32Var(&opts.apiQPS, "kube-api-qps", 5, "queries per second to the API server")
 	f.IntVar(&opts.apiBurst, "kube-api-burst", 10, "burst of queries to the API server")
+	f.StringVar(&opts.peersService, "peers-service", "", "namespace/name of the headless Service selecting the agents' pods: its ready endpoints' nodes are the peers ARP probes are sharded over (the chart sets it); without it this node probes every LoadBalancer IP it does not announce")
 	f.BoolVar(&opts.profiling, "profiling", false, "serve Go's /debug/pprof on the health probe address (for measuring the agent's memory and CPU)")
 	return cmd
 }
 
 // clusterClients builds the typed client (protobuf, as kube-proxy and
 // kubelet speak: a fraction of JSON's bytes and decoding time on every watch
-// event), the dynamic client (MetalLB's CRD, JSON) and the metadata client
-// (PartialObjectMetadata of every Node).
-func clusterClients(cfg *rest.Config) (kubernetes.Interface, dynamic.Interface, metadata.Interface, error) {
+// event; only the resources ipvs-guard uses, see pkg/kube), the dynamic
+// client (MetalLB's CRD, JSON) and the metadata client (Node metadata, read
+// when an ARP probe needs another node's MACs).
+func clusterClients(cfg *rest.Config) (kube.Interface, dynamic.Interface, metadata.Interface, error) {
 	pb := rest.CopyConfig(cfg)
 	pb.ContentType = runtime.ContentTypeProtobuf
 	pb.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	cs, err := kubernetes.NewForConfig(pb)
+	cs, err := kube.NewForConfig(pb)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("building clientset: %w", err)
+		return nil, nil, nil, fmt.Errorf("building the Kubernetes client: %w", err)
 	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
@@ -116,11 +120,14 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 }
 
 // agentGCPercent is the agent's GOGC unless the environment sets one: its
-// heap is mostly long-lived informer caches, and collecting at 1.5× the live
-// heap instead of 2× keeps RSS about 15 % lower (measured with make
-// test-scale: 44 instead of 54 MiB at 300 nodes and 1,000 Services) for
-// about 3 millicores.
-const agentGCPercent = 50
+// heap is mostly long-lived informer caches (about 15 MiB with 1,000 Nodes
+// and 5,000 Services and EndpointSlices), and the runtime keeps up to
+// 1 + GOGC/100 times the live heap. 50 kept RSS about 15 % under the
+// default 100 (make test-scale: 44 instead of 54 MiB at 300 nodes and
+// 1,000 Services) for about 3 millicores; 25 keeps another 3–4 MiB off
+// at 1,000 nodes (make bench-scale; the README's scale section states
+// the garbage collector's CPU share measured with it).
+const agentGCPercent = 25
 
 func runAgent(ctx context.Context, opts *runOptions) error {
 	logger := klog.FromContext(ctx)
@@ -141,7 +148,15 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 	if err != nil {
 		return err
 	}
+	peers, err := agent.ParsePeersService(opts.peersService)
+	if err != nil {
+		return err
+	}
 	view := agent.NewClusterView(node, cs, dyn, meta)
+	view.UsePeersService(peers)
+	if peers.Name == "" {
+		logger.Info("No --peers-service: this node probes every LoadBalancer IP it does not announce (not sharded)")
+	}
 
 	reg, am, err := metrics.NewRegistry()
 	if err != nil {
@@ -167,8 +182,7 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 		checkers[i] = metrics.Instrument(c, am)
 	}
 
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
-	recorder := broadcaster.NewRecorder(scheme.Scheme, nodestatus.ReportingController)
+	recorder := kube.NewRecorder(cs, nodestatus.ReportingController)
 	mgr, err := nodestatus.NewManager(nodestatus.ManagerConfig{
 		NodeName:   node,
 		Client:     nodestatus.NewClient(cs),
@@ -201,10 +215,7 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
-	if err := broadcaster.StartRecordingToSinkWithContext(gctx); err != nil {
-		return fmt.Errorf("starting event recording: %w", err)
-	}
-	defer broadcaster.Shutdown()
+	g.Go(func() error { recorder.Run(gctx); return nil })
 	if opts.healthAddr != "0" {
 		srv, err := server.New(opts.healthAddr, healthz(a, opts.resyncPeriod), readyz(a))
 		if err != nil {

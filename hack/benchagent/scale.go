@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
+	"github.com/ipvs-guard/ipvs-guard/internal/peerstest"
 	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
 )
 
@@ -41,6 +42,7 @@ type scaleOptions struct {
 	keep             bool   // keep the work directory (API server and agent logs) also when the run passes
 	heapProfile      string // where to save agent 0's heap profile after the window
 	profileAddr      string // where agent 0 serves /debug/pprof (with heapProfile)
+	peersFlag        string // the agents' --peers-service argument
 }
 
 // scaleAuditPolicy records every write; Node metadata patches with their
@@ -108,6 +110,18 @@ func runScale(o scaleOptions) (err error) {
 		return fmt.Errorf("creating nodes: %w", err)
 	}
 	fmt.Printf("created %d Nodes (Ready, 20 images each) in %s\n", o.nodes, time.Since(t0).Round(time.Millisecond))
+	// Every node runs ipvs-guard, as the chart's DaemonSet would: the peers
+	// Service's EndpointSlices list all of them, so the ARP probes are
+	// sharded over every node and each real agent probes its share only.
+	allNodes := make([]string, o.nodes)
+	for i := range allNodes {
+		allNodes[i] = simNode(i)
+	}
+	peers, err := peerstest.Publish(ctx, admin, types.NamespacedName{Namespace: "ipvs-guard", Name: "ipvs-guard-peers"}, allNodes)
+	if err != nil {
+		return err
+	}
+	o.peersFlag = peers.Flag()
 	t0 = time.Now()
 	if err := parallel(o.services, func(i int) error { return createLBService(ctx, admin, i) }); err != nil {
 		return fmt.Errorf("creating Services: %w", err)
@@ -222,6 +236,7 @@ func saveHeapProfile(profileAddr, path string) error {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	fmt.Printf("agent 0's runtime memory statistics (MiB):")
+	var gcs string
 	for sc.Scan() {
 		for _, k := range []string{"HeapAlloc", "HeapInuse", "HeapIdle", "HeapReleased", "Stack", "GCSys", "OtherSys", "Sys", "NextGC"} {
 			if v, ok := strings.CutPrefix(sc.Text(), "# "+k+" = "); ok {
@@ -229,8 +244,14 @@ func saveHeapProfile(profileAddr, path string) error {
 				fmt.Printf(" %s %.1f", k, n/(1<<20))
 			}
 		}
+		// The garbage collector's share of the agent's CPU since it started.
+		for _, k := range []string{"NumGC", "GCCPUFraction"} {
+			if v, ok := strings.CutPrefix(sc.Text(), "# "+k+" = "); ok {
+				gcs += fmt.Sprintf(" %s %s", k, v)
+			}
+		}
 	}
-	fmt.Println()
+	fmt.Printf(";%s\n", gcs)
 	return sc.Err()
 }
 
@@ -291,9 +312,8 @@ func simNode(i int) string { return fmt.Sprintf("sim-%04d", i) }
 
 // createSimNode registers a node as kubelet does: Ready, node info, images.
 func createSimNode(ctx context.Context, cs kubernetes.Interface, i int) error {
-	// Every simulated node publishes MACs as its own agent would, so the
-	// ARP probes are sharded over all of them as in a cluster where every
-	// node runs ipvs-guard (each real agent probes its share only).
+	// Every simulated node publishes MACs as its own agent would (ARP
+	// responders are named from them).
 	macs := agent.EncodeMACs(map[string]string{"eth0": fmt.Sprintf("02:5c:00:%02x:%02x:%02x", i>>16&0xff, i>>8&0xff, i&0xff)})
 	n, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: simNode(i),
 		Labels:      map[string]string{"kubernetes.io/hostname": simNode(i), "kubernetes.io/os": "linux", "node-role.kubernetes.io/worker": "true"},
@@ -421,7 +441,7 @@ func startAgents(o scaleOptions, s *apiservertest.Server, work string) ([]*exec.
 			health = []string{"--health-probe-bind-address", o.profileAddr, "--profiling"}
 		}
 		cmd := exec.Command(o.binary, append([]string{"run", "--kubeconfig", s.Kubeconfig, "--node-name", simNode(i), "--root", root, "--no-uevents",
-			"--metrics-bind-address", "0", "-v", "2"}, health...)...)
+			"--metrics-bind-address", "0", "-v", "2", o.peersFlag}, health...)...)
 		logf, err := os.Create(filepath.Join(work, fmt.Sprintf("agent-%d.log", i)))
 		if err != nil {
 			return out, err
@@ -696,7 +716,8 @@ func report(o scaleOptions, base, with sample) error {
 	for _, k := range kinds {
 		e := (perHour(with.watchEvents[k], with.window) - perHour(base.watchEvents[k], base.window)) / float64(o.agents)
 		b := (perHour(with.watchBytes[k], with.window) - perHour(base.watchBytes[k], base.window)) / float64(o.agents) / 1024
-		if e < 1000 && b < 100 {
+		watched := k == "nodes" || k == "services" || k == "endpointslices" || k == "servicel2statuses"
+		if !watched && e < 1000 && b < 100 {
 			continue // the API server's own watchers come and go: noise
 		}
 		fmt.Printf("  %-22s %14.0f %14.0f\n", k, e, b)
@@ -714,7 +735,7 @@ func report(o scaleOptions, base, with sample) error {
 	rssAvg, rssMax := stats(with.agentRSS)
 	anonAvg, anonMax := stats(with.agentAnon)
 	fileAvg, fileMax := stats(with.agentFile)
-	fmt.Printf("  agent CPU avg %.1f / max %.1f millicores; RSS avg %.1f / max %.1f MiB (%d Nodes, %d Services cached)\n",
+	fmt.Printf("  agent CPU avg %.1f / max %.1f millicores; RSS avg %.1f / max %.1f MiB (%d Nodes, %d Services in the cluster)\n",
 		cpuAvg, cpuMax, rssAvg, rssMax, o.nodes, o.services)
 	fmt.Printf("    of which anonymous (heap, stacks) avg %.1f / max %.1f MiB, the mapped binary avg %.1f / max %.1f MiB\n", anonAvg, anonMax, fileAvg, fileMax)
 	apiBase, apiWith := base.cpuMillicores[0]+base.cpuMillicores[1], with.cpuMillicores[0]+with.cpuMillicores[1]

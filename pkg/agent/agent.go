@@ -196,6 +196,8 @@ func (a *Agent) addHandlers() {
 			}
 		},
 	})
+	// A peer that comes, goes or turns unready moves shares of the IPs.
+	a.view.peers.onChange(func() { a.enqueueCoalesced(check.NameARP) })
 	_, _ = a.view.nodeInformer.AddEventHandler(cache.FilteringResourceEventHandler{
 		FilterFunc: func(obj any) bool {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {

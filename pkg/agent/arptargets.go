@@ -4,8 +4,6 @@ package agent
 
 import (
 	"context"
-	"net"
-	"slices"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck/shard"
@@ -13,37 +11,40 @@ import (
 
 // ARPTargets is the ARP check's target source over the view: the
 // LoadBalancer ingress IPs this node must probe (IPv4 with ARP, IPv6 with
-// NDP), each with the announcing
-// node (ServiceL2Status) and the MACs that node published. An IP this node
+// NDP), each with the announcing node (ServiceL2Status); the MACs that node
+// published are read when a reply needs them (MACDirectory). An IP this node
 // announces itself is never judged by it. With k > 0 the IPs are sharded by
-// rendezvous hashing over the peers (the nodes running ipvs-guard) so that each is probed by k nodes
-// (the agent); with k <= 0 every IP is probed (a one-shot diagnose).
+// rendezvous hashing over the peers (Peers) so that each is probed by k
+// nodes (the agent); with k <= 0 every IP is probed (a one-shot diagnose).
+// Which IPs are this node's is remembered per set of peers, so a run hashes
+// only IPs it has not seen with the current peers.
 func (v *ClusterView) ARPTargets(k int) arpcheck.TargetSource {
 	return func(context.Context) ([]arpcheck.Target, error) {
 		ings, err := v.LoadBalancerIngresses()
 		if err != nil {
 			return nil, err
 		}
-		var assign *shard.Assigner
+		probes := func(shard.IP) bool { return true }
 		if k > 0 {
 			peers, err := v.Peers()
 			if err != nil {
 				return nil, err
 			}
-			assign = shard.NewAssigner(peers, k)
+			var done func()
+			probes, done = v.peers.memo.filter(peers, k, v.nodeName)
+			defer done()
 		}
 		var out []arpcheck.Target
 		for _, in := range ings {
 			if !in.IP.IsValid() || in.AnnouncingNode == v.nodeName {
 				continue
 			}
-			if assign != nil && !slices.Contains(assign.Probers(shard.IP{Addr: in.IP, Announcer: in.AnnouncingNode}), v.nodeName) {
+			if !probes(shard.IP{Addr: in.IP, Announcer: in.AnnouncingNode}) {
 				continue
 			}
 			out = append(out, arpcheck.Target{
 				IP:           in.IP,
 				ExpectedNode: in.AnnouncingNode,
-				ExpectedMACs: v.NodeMACs(in.AnnouncingNode),
 				Service:      in.Service.String(),
 				Unannounced:  v.Unannounced(in),
 			})
@@ -52,8 +53,6 @@ func (v *ClusterView) ARPTargets(k int) arpcheck.TargetSource {
 	}
 }
 
-// ResponderNode names the node that published mac (an arpcheck.NodeResolver).
-func (v *ClusterView) ResponderNode(mac net.HardwareAddr) (string, bool) {
-	n, _, ok := v.NodeForMAC(mac)
-	return n, ok
-}
+// MACDirectory names ARP responders and announcers' MACs from the Node
+// annotations agents publish, read on demand (an arpcheck.Directory).
+func (v *ClusterView) MACDirectory() arpcheck.Directory { return v.macs }

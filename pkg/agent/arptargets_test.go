@@ -16,11 +16,14 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck/shard"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube/kubetest"
 )
 
 func l2Status(name, node, svcNS, svcName string) *unstructured.Unstructured {
@@ -47,6 +50,8 @@ func TestSyncAndARPTargets(t *testing.T) {
 		// Not watched: kube-proxy programs neither (ProxiedEndpointSlices).
 		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "headless-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "headless", corev1.IsHeadlessService: ""}}},
 		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "other-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "other", serviceProxyNameLabel: "cilium"}}},
+		// The agents' peers Service: a and b run ipvs-guard (c does not).
+		peersSlice("ipvs-guard", "peers", "a", "b"),
 	)
 	cs.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{{
 		GroupVersion: ServiceL2StatusGVR.GroupVersion().String(),
@@ -57,7 +62,8 @@ func TestSyncAndARPTargets(t *testing.T) {
 		l2Status("l2-web", "b", "default", "web"),
 		l2Status("l2-mine", "a", "default", "mine"),
 	)
-	v := NewClusterView("a", cs, dyn, metaOf(cs))
+	v := NewClusterView("a", kubetest.FromClientset(cs), dyn, metaOf(cs))
+	v.UsePeersService(types.NamespacedName{Namespace: "ipvs-guard", Name: "peers"})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer v.shutdown()
 	defer cancel()
@@ -70,7 +76,6 @@ func TestSyncAndARPTargets(t *testing.T) {
 
 	type target struct {
 		IP, Node, Service string
-		MACs              []string
 	}
 	targets := func(k int) []target {
 		ts, err := v.ARPTargets(k)(ctx)
@@ -79,11 +84,10 @@ func TestSyncAndARPTargets(t *testing.T) {
 		}
 		var out []target
 		for _, tg := range ts {
-			var macs []string
-			for _, m := range tg.ExpectedMACs {
-				macs = append(macs, m.String())
+			if tg.ExpectedMACs != nil {
+				t.Errorf("%s: expected MACs %v in the target: the checker reads them once a reply came", tg.IP, tg.ExpectedMACs)
 			}
-			out = append(out, target{tg.IP.String(), tg.ExpectedNode, tg.Service, macs})
+			out = append(out, target{tg.IP.String(), tg.ExpectedNode, tg.Service})
 		}
 		return out
 	}
@@ -92,15 +96,16 @@ func TestSyncAndARPTargets(t *testing.T) {
 	// node a announces itself (192.0.2.30).
 	want := []target{
 		{IP: "192.0.2.10", Service: "other/dns"},
-		{IP: "192.0.2.20", Node: "b", Service: "default/web", MACs: []string{"02:00:00:00:00:0b"}},
-		{IP: "2001:db8::20", Node: "b", Service: "default/web", MACs: []string{"02:00:00:00:00:0b"}},
+		{IP: "192.0.2.20", Node: "b", Service: "default/web"},
+		{IP: "2001:db8::20", Node: "b", Service: "default/web"},
 	}
 	if diff := cmp.Diff(want, targets(0)); diff != "" {
 		t.Errorf("unsharded targets (-want +got):\n%s", diff)
 	}
 
-	// Sharded to one prober per IP over the peers (c runs no agent: it
-	// published no MACs): exactly the IPs the assigner gives node a.
+	// Sharded to one prober per IP over the peers (the endpoints of the
+	// peers Service: c runs no agent): exactly the IPs the assigner gives
+	// node a, the same on a second run (answered from the memo).
 	assign := shard.NewAssigner([]string{"a", "b"}, 1)
 	var wantSharded []string
 	for _, w := range want {
@@ -108,12 +113,14 @@ func TestSyncAndARPTargets(t *testing.T) {
 			wantSharded = append(wantSharded, w.IP)
 		}
 	}
-	var gotSharded []string
-	for _, tg := range targets(1) {
-		gotSharded = append(gotSharded, tg.IP)
-	}
-	if diff := cmp.Diff(wantSharded, gotSharded); diff != "" {
-		t.Errorf("sharded targets (-want +got):\n%s", diff)
+	for run := range 2 {
+		var gotSharded []string
+		for _, tg := range targets(1) {
+			gotSharded = append(gotSharded, tg.IP)
+		}
+		if diff := cmp.Diff(wantSharded, gotSharded); diff != "" {
+			t.Errorf("run %d: sharded targets (-want +got):\n%s", run, diff)
+		}
 	}
 
 	// The ipvs check reads Services and EndpointSlices from the same caches.
@@ -126,9 +133,13 @@ func TestSyncAndARPTargets(t *testing.T) {
 		t.Errorf("IPVSCluster().EndpointSlices() = %v, %v; want web-abc", eps, err)
 	}
 
-	mac := v.NodeMACs("b")[0]
-	if n, ok := v.ResponderNode(mac); !ok || n != "b" {
-		t.Errorf("ResponderNode(%s) = %q, %v", mac, n, ok)
+	dir := v.MACDirectory()
+	macs := dir.NodeMACs(ctx, "b", false)
+	if len(macs) != 1 || macs[0].String() != "02:00:00:00:00:0b" {
+		t.Fatalf("NodeMACs(b) = %v", macs)
+	}
+	if n, ok := dir.NodeForMAC(ctx, macs[0], false); !ok || n != "b" {
+		t.Errorf("NodeForMAC(%s) = %q, %v", macs[0], n, ok)
 	}
 }
 
@@ -156,6 +167,7 @@ func TestARPTargetsFollowWithdrawal(t *testing.T) {
 		node("a", true, `{"eth0":"02:00:00:00:00:0a"}`),
 		node("b", true, `{"eth0":"02:00:00:00:00:0b"}`),
 		node("c", true, `{"eth0":"02:00:00:00:00:0c"}`),
+		peersSlice("ipvs-guard", "peers", nodes...),
 	)
 	cs.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{{
 		GroupVersion: ServiceL2StatusGVR.GroupVersion().String(),
@@ -169,7 +181,8 @@ func TestARPTargetsFollowWithdrawal(t *testing.T) {
 	defer cancel()
 	views := map[string]*ClusterView{}
 	for _, n := range nodes {
-		v := NewClusterView(n, cs, dyn, metaOf(cs))
+		v := NewClusterView(n, kubetest.FromClientset(cs), dyn, metaOf(cs))
+		v.UsePeersService(types.NamespacedName{Namespace: "ipvs-guard", Name: "peers"})
 		defer v.shutdown()
 		if err := v.Sync(ctx); err != nil {
 			t.Fatalf("Sync %s: %v", n, err)

@@ -2,8 +2,9 @@
 
 // Package agent is ipvs-guard's node reconcile loop (`ipvs-guard run`).
 //
-// It owns the informers (LoadBalancer Services, Nodes, MetalLB
-// ServiceL2Status when that CRD exists), a rate-limited workqueue of a few
+// It owns the informers (Services, EndpointSlices, its own Node, the
+// agents' peers Service's EndpointSlices, MetalLB ServiceL2Status when that
+// CRD exists), a rate-limited workqueue of a few
 // fixed keys served by one worker, the resync ticker on an injected clock,
 // and the wake-ups from the kernel (module add/remove uevents) and from
 // inotify on the modules-load.d directories. Every sync re-reads current
@@ -12,8 +13,9 @@
 // API server being down never stops local checks or remediation.
 //
 // ClusterView is the read-only view of cluster state (LoadBalancer ingress
-// IPs, their announcing node, peers (nodes that run ipvs-guard), node MACs) that checks such as the
-// ARP prober read from the informer caches.
+// IPs, their announcing node, peers (nodes whose agent is ready)) that checks
+// such as the ARP prober read from the informer caches, and the directory of
+// the MACs each agent publishes on its Node, read on demand.
 //
 // It must not implement checks or write to the API server itself: checks
 // live in their own packages and every write goes through pkg/nodestatus.

@@ -17,22 +17,25 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/events"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 )
 
 // requestLog counts the requests a client sends, by method, with status codes.
 type requestLog struct {
 	mu   sync.Mutex
 	reqs []string // "METHOD path code"
+	uris []string // "METHOD path?query"
 }
 
 func (l *requestLog) wrap(cfg *rest.Config) *rest.Config {
@@ -46,6 +49,7 @@ func (l *requestLog) wrap(cfg *rest.Config) *rest.Config {
 			}
 			l.mu.Lock()
 			l.reqs = append(l.reqs, req.Method+" "+req.URL.Path+" "+code)
+			l.uris = append(l.uris, req.Method+" "+req.URL.RequestURI())
 			l.mu.Unlock()
 			return resp, err
 		})
@@ -61,6 +65,20 @@ func (l *requestLog) writes() []string {
 	for _, r := range l.reqs {
 		if !strings.HasPrefix(r, "GET ") {
 			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// requests returns "METHOD path?query" of every request so far whose path
+// starts with prefix.
+func (l *requestLog) requests(prefix string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, u := range l.uris {
+		if _, p, _ := strings.Cut(u, " "); strings.HasPrefix(p, prefix) {
+			out = append(out, u)
 		}
 	}
 	return out
@@ -161,6 +179,8 @@ type agentOptions struct {
 	real func(v *ClusterView) []check.Checker
 	// userAgent, when set, is the agent's client's User-Agent (the audit log names it).
 	userAgent string
+	// peers, when set, is the agent's peers Service (--peers-service).
+	peers types.NamespacedName
 }
 
 func startAgent(t *testing.T, s *apiservertest.Server, node string, o agentOptions) *agentUnderTest {
@@ -170,20 +190,19 @@ func startAgent(t *testing.T, s *apiservertest.Server, node string, o agentOptio
 	if o.userAgent != "" {
 		cfg.UserAgent = o.userAgent
 	}
-	cs := kubernetes.NewForConfigOrDie(cfg)
+	cs := mustKube(t, cfg)
 	var dyn dynamic.Interface
 	if o.metallb {
 		dyn = dynamic.NewForConfigOrDie(cfg)
 	}
 	view := NewClusterView(node, cs, dyn, metadata.NewForConfigOrDie(cfg))
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
+	view.UsePeersService(o.peers)
+	recorder := kube.NewRecorder(cs, nodestatus.ReportingController)
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
-		t.Fatal(err)
-	}
+	go recorder.Run(ctx)
 	mgr, err := nodestatus.NewManager(nodestatus.ManagerConfig{
 		NodeName: node, Client: nodestatus.NewClient(cs), CachedNode: view.Node,
-		Recorder: broadcaster.NewRecorder(scheme.Scheme, nodestatus.ReportingController),
+		Recorder: recorder,
 		MinRetry: 100 * time.Millisecond, MaxRetry: time.Second,
 	})
 	if err != nil {
@@ -209,8 +228,22 @@ func startAgent(t *testing.T, s *apiservertest.Server, node string, o agentOptio
 			t.Errorf("agent Run: %v", err)
 		}
 	}()
-	t.Cleanup(func() { u.stop(t); broadcaster.Shutdown() })
+	t.Cleanup(func() { u.stop(t) })
 	return u
+}
+
+// mustKube returns the agent's own narrow client (pkg/kube) for cfg, as
+// ipvs-guard run builds it: protobuf.
+func mustKube(t *testing.T, cfg *rest.Config) kube.Interface {
+	t.Helper()
+	pb := rest.CopyConfig(cfg)
+	pb.ContentType = runtime.ContentTypeProtobuf
+	pb.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	cs, err := kube.NewForConfig(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
 }
 
 func (u *agentUnderTest) stop(t *testing.T) {

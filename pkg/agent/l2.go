@@ -7,8 +7,12 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 )
 
 // startL2 starts the ServiceL2Status informer once discovery shows MetalLB's
@@ -16,7 +20,7 @@ import (
 // resync); onChange, when not nil, is called on every change. It is a no-op
 // once the informer runs or when the view has no dynamic client.
 func (v *ClusterView) startL2(ctx context.Context, onChange func()) {
-	if v.dynFactory == nil {
+	if v.dyn == nil {
 		return
 	}
 	v.l2StartMu.Lock()
@@ -24,7 +28,7 @@ func (v *ClusterView) startL2(ctx context.Context, onChange func()) {
 	if v.HasServiceL2Status() {
 		return
 	}
-	list, err := v.client.Discovery().ServerResourcesForGroupVersion(ServiceL2StatusGVR.GroupVersion().String())
+	list, err := v.client.ServerResourcesForGroupVersion(ctx, ServiceL2StatusGVR.GroupVersion().String())
 	if err != nil {
 		if !apierrors.IsNotFound(err) {
 			klog.FromContext(ctx).V(2).Info("Cannot discover MetalLB ServiceL2Status yet", "err", err)
@@ -40,17 +44,18 @@ func (v *ClusterView) startL2(ctx context.Context, onChange func()) {
 	if !found {
 		return
 	}
-	inf := v.dynFactory.ForResource(ServiceL2StatusGVR)
-	_ = inf.Informer().SetTransform(stripManagedFields)
+	inf := kube.NewInformer(v.dyn.Resource(ServiceL2StatusGVR).Namespace(metav1.NamespaceAll), &unstructured.Unstructured{},
+		kube.InformerOptions{Transform: stripManagedFields, Client: v.dyn})
 	if onChange != nil {
-		_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { onChange() },
 			UpdateFunc: func(any, any) { onChange() },
 			DeleteFunc: func(any) { onChange() },
 		})
 	}
-	v.setL2(inf.Lister(), inf.Informer().HasSynced)
-	v.dynFactory.Start(ctx.Done())
+	v.setL2(cache.NewGenericLister(inf.GetIndexer(), ServiceL2StatusGVR.GroupResource()), inf.HasSynced)
+	v.informers.add(inf)
+	v.informers.start(ctx.Done())
 	klog.FromContext(ctx).Info("Watching MetalLB ServiceL2Status")
 }
 

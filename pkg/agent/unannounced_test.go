@@ -17,6 +17,8 @@ import (
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube/kubetest"
 )
 
 func endpointSlice(svc string, ready bool, nodes ...string) *discoveryv1.EndpointSlice {
@@ -44,10 +46,9 @@ func TestUnannounced(t *testing.T) {
 	}}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{ServiceL2StatusGVR: "ServiceL2StatusList"})
-	v := NewClusterView("a", cs, dyn, metaOf(cs))
+	v := NewClusterView("a", kubetest.FromClientset(cs), dyn, metaOf(cs))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer v.factory.Shutdown()
-	defer v.dynFactory.Shutdown()
+	defer v.shutdown()
 	defer cancel()
 	if err := v.Sync(ctx); err != nil {
 		t.Fatal(err)
@@ -77,9 +78,9 @@ func TestUnannounced(t *testing.T) {
 
 	// Without MetalLB's ServiceL2Status CRD nothing can be said.
 	plainCS := fake.NewClientset(lbService("default", "web", "192.0.2.20"))
-	plain := NewClusterView("a", plainCS, nil, metaOf(plainCS))
+	plain := NewClusterView("a", kubetest.FromClientset(plainCS), nil, metaOf(plainCS))
 	pctx, pcancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer plain.factory.Shutdown()
+	defer plain.shutdown()
 	defer pcancel()
 	if err := plain.Sync(pctx); err != nil {
 		t.Fatal(err)

@@ -5,13 +5,13 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -20,14 +20,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 )
 
 // ServiceL2StatusGVR is MetalLB's layer-2 announcement status resource
@@ -59,22 +57,21 @@ type LoadBalancerIngress struct {
 // read it), hand it to the Agent in Config.View; Agent.Run starts its informers.
 type ClusterView struct {
 	nodeName       string
-	client         kubernetes.Interface
-	factory        informers.SharedInformerFactory
-	sliceFactory   informers.SharedInformerFactory
-	ownFactory     informers.SharedInformerFactory
-	metaFactory    metadatainformer.SharedInformerFactory
-	dynFactory     dynamicinformer.DynamicSharedInformerFactory
+	client         kube.Interface
+	dyn            dynamic.Interface
+	informers      informerSet
 	svcInformer    cache.SharedIndexInformer
 	nodeInformer   cache.SharedIndexInformer
 	services       corelisters.ServiceLister
 	ownNode        corelisters.NodeLister
-	peers          cache.GenericLister
 	servicesSynced cache.InformerSynced
 	nodesSynced    cache.InformerSynced
-	peersSynced    cache.InformerSynced
-	slices         discoverylisters.EndpointSliceLister
-	slicesSynced   cache.InformerSynced
+	// peers are the nodes ARP probes are sharded over (peers.go); macs
+	// names ARP responders from Node annotations read on demand (nodemacs.go).
+	peers        *peerSet
+	macs         *macDirectory
+	slices       discoverylisters.EndpointSliceLister
+	slicesSynced cache.InformerSynced
 
 	// l2StartMu serialises startL2 (the ServiceL2Status informer starts once).
 	l2StartMu sync.Mutex
@@ -84,13 +81,18 @@ type ClusterView struct {
 	l2Synced cache.InformerSynced
 }
 
-// nodesResource is the Nodes resource, watched metadata-only.
+// nodesResource is the Nodes resource, read metadata-only (nodemacs.go).
 var nodesResource = corev1.SchemeGroupVersion.WithResource("nodes")
 
 // ProxiedEndpointSlices selects the EndpointSlices kube-proxy programs, as
 // kube-proxy's own informers do: not those of headless Services (no virtual
 // server) nor of Services another proxy serves.
 const ProxiedEndpointSlices = "!" + corev1.IsHeadlessService + ",!" + serviceProxyNameLabel
+
+// NotHeadlessServices selects the Services that have a cluster IP, as
+// kube-proxy's Service informer does: a headless Service (a StatefulSet's, the
+// agents' own peers Service) has no virtual server and no LoadBalancer IP.
+const NotHeadlessServices = "spec.clusterIP!=" + corev1.ClusterIPNone
 
 // serviceProxyNameLabel marks a Service another proxy than kube-proxy serves.
 const serviceProxyNameLabel = "service.kubernetes.io/service-proxy-name"
@@ -99,83 +101,84 @@ const serviceProxyNameLabel = "service.kubernetes.io/service-proxy-name"
 // the cluster through; what each watches, and why (see the README's scale
 // section for the cost):
 //
-//   - Services, all of them: the ipvs check compares every VIP kube-proxy
-//     must program; LoadBalancer ingress IPs are the ARP targets.
+//   - Services but headless ones (NotHeadlessServices, kube-proxy's field
+//     selector): the ipvs check compares every VIP kube-proxy must program;
+//     LoadBalancer ingress IPs are the ARP targets. A headless Service has
+//     neither.
 //   - EndpointSlices of proxied Services (ProxiedEndpointSlices, the
 //     selector kube-proxy uses): real servers against ready endpoints.
 //   - this Node only (field selector metadata.name): the conditions the
 //     status manager compares before it writes.
-//   - every Node, metadata only (PartialObjectMetadata): the MACs each agent
-//     publishes in MACsAnnotation name ARP responders, and the nodes that
-//     publish them are the peers the ARP probes are sharded over. Node
-//     status, which every kubelet rewrites, is neither received in full nor
-//     cached.
+//   - the EndpointSlices of the agents' own headless Service, when
+//     UsePeersService names it: the peers the ARP probes are sharded over
+//     (peers.go).
 //   - MetalLB's ServiceL2Status through dyn, when the CRD exists.
 //
-// Caches keep only what is read (no managed fields, no other annotations).
-func NewClusterView(nodeName string, client kubernetes.Interface, dyn dynamic.Interface, meta metadata.Interface) *ClusterView {
-	f := informers.NewSharedInformerFactory(client, 0)
-	svc := f.Core().V1().Services()
-	_ = svc.Informer().SetTransform(stripService)
-	sf := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ProxiedEndpointSlices }))
-	eps := sf.Discovery().V1().EndpointSlices()
-	_ = eps.Informer().SetTransform(stripEndpointSlice)
-	of := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", nodeName).String()
-		}))
-	own := of.Core().V1().Nodes()
-	_ = own.Informer().SetTransform(stripNode)
-	mf := metadatainformer.NewSharedInformerFactory(meta, 0)
-	peers := mf.ForResource(nodesResource)
-	_ = peers.Informer().SetTransform(stripPeer)
+// No other Node is watched: the MACs other agents publish in MACsAnnotation
+// are read through meta (metadata only) when a probe needs them
+// (nodemacs.go). Caches keep only what is read (no managed fields, no other
+// annotations) and no index but the EndpointSlices' namespace index (the eTP=Local
+// lookup of a Service's endpoints).
+func NewClusterView(nodeName string, client kube.Interface, dyn dynamic.Interface, meta metadata.Interface) *ClusterView {
+	svc := kube.NewInformer(client.Services(metav1.NamespaceAll), &corev1.Service{},
+		kube.InformerOptions{Transform: stripService, Client: client,
+			Tweak: func(o *metav1.ListOptions) { o.FieldSelector = NotHeadlessServices }})
+	eps := kube.NewInformer(client.EndpointSlices(metav1.NamespaceAll), &discoveryv1.EndpointSlice{},
+		kube.InformerOptions{Transform: stripEndpointSlice, Client: client, Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+			Tweak: func(o *metav1.ListOptions) { o.LabelSelector = ProxiedEndpointSlices }})
+	own := kube.NewInformer(client.Nodes(), &corev1.Node{},
+		kube.InformerOptions{Transform: stripNode, Client: client,
+			Tweak: func(o *metav1.ListOptions) {
+				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", nodeName).String()
+			}})
 	v := &ClusterView{
-		nodeName: nodeName, client: client, factory: f, sliceFactory: sf, ownFactory: of, metaFactory: mf,
-		svcInformer: svc.Informer(), nodeInformer: own.Informer(),
-		services: svc.Lister(), servicesSynced: svc.Informer().HasSynced,
-		ownNode: own.Lister(), nodesSynced: own.Informer().HasSynced,
-		peers: peers.Lister(), peersSynced: peers.Informer().HasSynced,
-		slices: eps.Lister(), slicesSynced: eps.Informer().HasSynced,
+		nodeName: nodeName, client: client, dyn: dyn,
+		svcInformer: svc, nodeInformer: own,
+		services: corelisters.NewServiceLister(svc.GetIndexer()), servicesSynced: svc.HasSynced,
+		ownNode: corelisters.NewNodeLister(own.GetIndexer()), nodesSynced: own.HasSynced,
+		slices: discoverylisters.NewEndpointSliceLister(eps.GetIndexer()), slicesSynced: eps.HasSynced,
+		peers: newPeerSet(nodeName, client, types.NamespacedName{}),
+		macs:  newMACDirectory(nil),
 	}
-	if dyn != nil {
-		v.dynFactory = dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	if meta != nil {
+		v.macs = newMACDirectory(meta.Resource(nodesResource))
 	}
+	v.informers.add(svc, eps, own)
 	return v
 }
 
 // start starts every informer but ServiceL2Status's (startL2 does).
-func (v *ClusterView) start(stop <-chan struct{}) {
-	v.factory.Start(stop)
-	v.sliceFactory.Start(stop)
-	v.ownFactory.Start(stop)
-	v.metaFactory.Start(stop)
-}
+func (v *ClusterView) start(stop <-chan struct{}) { v.informers.start(stop) }
 
 // shutdown waits for every informer to stop (call after stopping them).
-func (v *ClusterView) shutdown() {
-	v.factory.Shutdown()
-	v.sliceFactory.Shutdown()
-	v.ownFactory.Shutdown()
-	v.metaFactory.Shutdown()
-	if v.dynFactory != nil {
-		v.dynFactory.Shutdown()
-	}
+func (v *ClusterView) shutdown() { v.informers.wait() }
+
+// informerSet runs informers once each and waits for them to stop.
+type informerSet struct {
+	mu      sync.Mutex
+	all     []cache.SharedIndexInformer
+	started int
+	wg      sync.WaitGroup
 }
 
-// stripPeer keeps a Node's name and MACsAnnotation, all a peer is read for.
-func stripPeer(obj any) (any, error) {
-	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-		m.ManagedFields = nil
-		m.Labels = nil
-		macs, has := m.Annotations[MACsAnnotation]
-		m.Annotations = nil
-		if has {
-			m.Annotations = map[string]string{MACsAnnotation: macs}
-		}
-	}
-	return obj, nil
+func (s *informerSet) add(infs ...cache.SharedIndexInformer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.all = append(s.all, infs...)
 }
+
+// start runs the informers not yet running until stop is closed.
+func (s *informerSet) start(stop <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, inf := range s.all[s.started:] {
+		s.wg.Go(func() { inf.Run(stop) })
+	}
+	s.started = len(s.all)
+}
+
+// wait waits until every started informer stopped.
+func (s *informerSet) wait() { s.wg.Wait() }
 
 func (v *ClusterView) setL2(l cache.GenericLister, synced cache.InformerSynced) {
 	v.mu.Lock()
@@ -185,7 +188,7 @@ func (v *ClusterView) setL2(l cache.GenericLister, synced cache.InformerSynced) 
 
 // HasSynced reports whether every informer behind the view completed its first list.
 func (v *ClusterView) HasSynced() bool {
-	if v == nil || !v.servicesSynced() || !v.nodesSynced() || !v.peersSynced() || !v.slicesSynced() {
+	if v == nil || !v.servicesSynced() || !v.nodesSynced() || !v.peers.hasSynced() || !v.slicesSynced() {
 		return false
 	}
 	v.mu.RLock()
@@ -298,92 +301,6 @@ func (v *ClusterView) announcers() map[types.NamespacedName]announcer {
 			}
 		}
 		out[types.NamespacedName{Namespace: ns, Name: name}] = announcer{node: node, ifaces: ifaces}
-	}
-	return out
-}
-
-// Peers returns the names of the Nodes that run ipvs-guard (they published
-// MACsAnnotation), sorted: the nodes the ARP probes are sharded over. It
-// reads Node metadata only, never status, so kubelets' status updates cost
-// the agent no decoding of a full Node; a node that stops for good keeps its
-// annotation until it is deleted, and its share of IPs is then probed by the
-// other k-1 probers only.
-func (v *ClusterView) Peers() ([]string, error) {
-	if v == nil || !v.peersSynced() {
-		return nil, ErrNotSynced
-	}
-	objs, err := v.peers.List(labels.Everything())
-	if err != nil {
-		return nil, fmt.Errorf("listing nodes from cache: %w", err)
-	}
-	var out []string
-	for _, o := range objs {
-		if m, ok := o.(*metav1.PartialObjectMetadata); ok {
-			if _, err := DecodeMACs(m.Annotations[MACsAnnotation]); err == nil {
-				out = append(out, m.Name)
-			}
-		}
-	}
-	slices.Sort(out)
-	return out, nil
-}
-
-// peerMACs decodes the MACs node published; nil when it published none.
-func (v *ClusterView) peerMACs(node string) map[string]string {
-	o, err := v.peers.Get(node)
-	if err != nil {
-		return nil
-	}
-	m, ok := o.(*metav1.PartialObjectMetadata)
-	if !ok {
-		return nil
-	}
-	raw, has := m.Annotations[MACsAnnotation]
-	if !has {
-		return nil
-	}
-	macs, err := DecodeMACs(raw)
-	if err != nil {
-		return nil
-	}
-	return macs
-}
-
-// NodeForMAC names the node whose published MACs (MACsAnnotation) include
-// mac, with the interface; ok is false when no node claims it.
-func (v *ClusterView) NodeForMAC(mac net.HardwareAddr) (node, iface string, ok bool) {
-	peers, err := v.Peers()
-	if err != nil {
-		return "", "", false
-	}
-	want := strings.ToLower(mac.String())
-	for _, n := range peers {
-		for ifc, m := range v.peerMACs(n) {
-			if strings.ToLower(m) == want {
-				return n, ifc, true
-			}
-		}
-	}
-	return "", "", false
-}
-
-// NodeMACs returns the MACs node published (MACsAnnotation), sorted by
-// interface name; nil when it published none or the cache is not synced.
-func (v *ClusterView) NodeMACs(node string) []net.HardwareAddr {
-	if v == nil || !v.peersSynced() || node == "" {
-		return nil
-	}
-	macs := v.peerMACs(node)
-	names := make([]string, 0, len(macs))
-	for k := range macs {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	var out []net.HardwareAddr
-	for _, k := range names {
-		if hw, err := net.ParseMAC(macs[k]); err == nil {
-			out = append(out, hw)
-		}
 	}
 	return out
 }

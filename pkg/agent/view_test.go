@@ -5,7 +5,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"net"
 	"testing"
 	"time"
 
@@ -20,6 +19,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube/kubetest"
 )
 
 func lbService(ns, name string, ips ...string) *corev1.Service {
@@ -53,7 +54,7 @@ func TestClusterView(t *testing.T) {
 		node("b", true, `{"eth0":"02:00:00:00:00:0b","eth1":"02:00:00:00:01:0b"}`),
 		node("c", false, `not json`),
 	)
-	v := NewClusterView("a", cs, nil, metaOf(cs))
+	v := NewClusterView("a", kubetest.FromClientset(cs), nil, metaOf(cs))
 	if _, err := v.LoadBalancerIngresses(); !errors.Is(err, ErrNotSynced) {
 		t.Errorf("before sync: %v, want ErrNotSynced", err)
 	}
@@ -75,20 +76,8 @@ func TestClusterView(t *testing.T) {
 	if diff := cmp.Diff([]string{"192.0.2.3 default/web", "192.0.2.10 other/dns", "192.0.2.20 default/web"}, got); diff != "" {
 		t.Errorf("ingresses (-want +got):\n%s", diff)
 	}
-	peers, _ := v.Peers() // c's annotation is not JSON
-	if diff := cmp.Diff([]string{"a", "b"}, peers); diff != "" {
-		t.Errorf("peers (-want +got):\n%s", diff)
-	}
-	mac, _ := net.ParseMAC("02:00:00:00:01:0B")
-	if n, ifc, ok := v.NodeForMAC(mac); !ok || n != "b" || ifc != "eth1" {
-		t.Errorf("NodeForMAC = %q %q %v", n, ifc, ok)
-	}
-	unknown, _ := net.ParseMAC("02:00:00:00:00:ff")
-	if _, _, ok := v.NodeForMAC(unknown); ok {
-		t.Error("unknown MAC attributed to a node")
-	}
-	if got := v.NodeMACs("b"); len(got) != 2 || got[0].String() != "02:00:00:00:00:0b" {
-		t.Errorf("NodeMACs(b) = %v", got)
+	if peers, err := v.Peers(); err != nil || !cmp.Equal(peers, []string{"a"}) {
+		t.Errorf("peers without a peers Service = %v, %v; want only this node", peers, err)
 	}
 	own, err := v.Node()
 	if err != nil || own.Name != "a" || own.Status.Images != nil {
@@ -177,7 +166,7 @@ func TestStripServiceFields(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("service (-want +got):\n%s", diff)
 	}
-	if e := ipvscheck.ExpectedVirtualServers([]corev1.Service{*got.(*corev1.Service)}, nil, "n"); len(e) != 2*4 {
+	if e := ipvscheck.ExpectedVirtualServers([]*corev1.Service{got.(*corev1.Service)}, nil, "n"); len(e) != 2*4 {
 		t.Errorf("expected virtual servers from the stripped Service: %d, want 8 (2 ports × 2 cluster IPs, external IP, ingress IP)", len(e))
 	}
 }

@@ -45,8 +45,10 @@ type Target struct {
 	// announcing node's interface MACs); a single other MAC is wrong-responder.
 	ExpectedMACs []net.HardwareAddr
 	// ExpectedNode names the announcing node (MetalLB's ServiceL2Status). It
-	// appears in messages; without ExpectedMACs, a single responder whose MAC
-	// the NodeForMAC resolver attributes to another node is wrong-responder.
+	// appears in messages. Without ExpectedMACs, the Directory's MACs of
+	// that node are the expected ones once a reply came; when the node
+	// published none, a single responder the Directory attributes to another
+	// node is wrong-responder.
 	ExpectedNode string
 	// Service is the Service (namespace/name) owning the IP, for messages.
 	Service string
@@ -86,9 +88,20 @@ func ParseTargets(ips []string, iface string) ([]Target, error) {
 	return out, nil
 }
 
-// NodeResolver names the node owning a MAC (from the MACs agents publish on
-// their Node); ok is false when the MAC is unknown.
-type NodeResolver func(mac net.HardwareAddr) (node string, ok bool)
+// Directory names the nodes behind MACs, from the MACs each agent publishes
+// on its Node. The checker asks it only about IPs that answered, and lets it
+// read the API (lookup, fresh) only where the verdict depends on it, so its
+// cost is bounded by the IPs probed and by problems, not by the number of
+// nodes.
+type Directory interface {
+	// NodeMACs returns the MACs node published (none when unknown); fresh
+	// asks to re-read them, because a reply came from a MAC not among them.
+	NodeMACs(ctx context.Context, node string, fresh bool) []net.HardwareAddr
+	// NodeForMAC names the node that published mac. With lookup it may read
+	// the API for a MAC it does not know; without, it answers from what it
+	// has read.
+	NodeForMAC(ctx context.Context, mac net.HardwareAddr, lookup bool) (node string, ok bool)
+}
 
 // CheckerOptions configure a Checker.
 type CheckerOptions struct {
@@ -99,8 +112,9 @@ type CheckerOptions struct {
 	// Probe tunes the probers. A nil Limiter gets one limiter shared by every
 	// interface and every run of this checker.
 	Probe ProbeOptions
-	// NodeForMAC, when set, names the node owning each responding MAC.
-	NodeForMAC NodeResolver
+	// Directory, when set, gives the announcers' MACs and names the node
+	// owning each responding MAC.
+	Directory Directory
 }
 
 // Checker is the arp check (check.NameARP): it probes the targets, one
@@ -116,10 +130,10 @@ type CheckerOptions struct {
 // latest verdict and go first in the next run, so every IP is probed within
 // a few runs and a slow node converges instead of reporting nothing.
 type Checker struct {
-	targets  TargetSource
-	network  Network
-	probe    ProbeOptions
-	resolver NodeResolver
+	targets TargetSource
+	network Network
+	probe   ProbeOptions
+	dir     Directory
 
 	mu       sync.Mutex // guards the fields below
 	runs     uint64
@@ -140,7 +154,7 @@ func NewChecker(opts CheckerOptions) (*Checker, error) {
 	if opts.Probe.Limiter == nil {
 		opts.Probe.Limiter = rate.NewLimiter(DefaultRate, DefaultBurst)
 	}
-	return &Checker{targets: opts.Targets, network: opts.Network, probe: opts.Probe, resolver: opts.NodeForMAC,
+	return &Checker{targets: opts.Targets, network: opts.Network, probe: opts.Probe, dir: opts.Directory,
 		probedIn: map[netip.Addr]uint64{}, last: map[netip.Addr]Finding{}}, nil
 }
 
@@ -252,7 +266,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 				late[i] = true
 				continue
 			}
-			findings[i] = c.finding(targets[i], g.route.Interface, o)
+			findings[i] = c.finding(ctx, targets[i], g.route.Interface, o)
 			probed[i] = true
 		}
 	}
@@ -426,12 +440,21 @@ func (c *Checker) probeAll(ctx context.Context, groups []*group, cutoff time.Tim
 	return errors.Join(errs...)
 }
 
-func (c *Checker) finding(t Target, iface string, o Observation) Finding {
+func (c *Checker) finding(ctx context.Context, t Target, iface string, o Observation) Finding {
+	expected := t.ExpectedMACs
+	if len(expected) == 0 && t.ExpectedNode != "" && c.dir != nil && len(o.MACs) > 0 {
+		// Read the announcer's MACs only now that a reply came, and again
+		// (rate limited by the directory) when a single reply is not one of them.
+		expected = c.dir.NodeMACs(ctx, t.ExpectedNode, false)
+		if len(o.MACs) == 1 && !containsMAC(expected, o.MACs[0]) {
+			expected = c.dir.NodeMACs(ctx, t.ExpectedNode, true)
+		}
+	}
 	f := Finding{
 		IP:           t.IP.String(),
 		Family:       FamilyOf(t.IP),
 		Interface:    iface,
-		Result:       classify(o.MACs, t.ExpectedMACs),
+		Result:       classify(o.MACs, expected),
 		MACs:         make([]string, 0, len(o.MACs)),
 		RTTSeconds:   o.RTT.Seconds(),
 		ExpectedNode: t.ExpectedNode,
@@ -441,12 +464,16 @@ func (c *Checker) finding(t Target, iface string, o Observation) Finding {
 	// Sorted, so that a message (and a Node condition) does not change with
 	// the order replies happened to arrive in.
 	macs := slices.SortedFunc(slices.Values(o.MACs), func(a, b net.HardwareAddr) int { return bytes.Compare(a, b) })
+	// Naming a responder may read the API only where it matters: a
+	// problem, or a verdict that depends on who answered (the announcer
+	// published no MACs). An answered IP is named from what is known.
+	lookup := f.Result != ResultAnswered || (len(expected) == 0 && t.ExpectedNode != "")
 	known := false
 	nodes := make([]string, len(macs))
 	for i, m := range macs {
 		f.MACs = append(f.MACs, m.String())
-		if c.resolver != nil {
-			if n, ok := c.resolver(m); ok {
+		if c.dir != nil {
+			if n, ok := c.dir.NodeForMAC(ctx, m, lookup); ok {
 				nodes[i], known = n, true
 			}
 		}
@@ -454,10 +481,10 @@ func (c *Checker) finding(t Target, iface string, o Observation) Finding {
 	if known {
 		f.ResponderNodes = nodes
 	}
-	if len(t.ExpectedMACs) == 0 {
+	if len(expected) == 0 {
 		f.Result = classifyByNode(f.Result, nodes, t.ExpectedNode)
 	}
-	for _, m := range t.ExpectedMACs {
+	for _, m := range expected {
 		f.ExpectedMACs = append(f.ExpectedMACs, m.String())
 	}
 	return f

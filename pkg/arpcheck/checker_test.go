@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -120,8 +122,7 @@ func TestChecker(t *testing.T) {
 	macA := mustMAC(t, "52:54:00:00:00:0a")
 	macB := mustMAC(t, "52:54:00:00:00:0b")
 	macC := mustMAC(t, "52:54:00:00:00:0c")
-	nodes := map[string]string{macA.String(): "node-a", macB.String(): "node-b"}
-	resolver := func(m net.HardwareAddr) (string, bool) { n, ok := nodes[m.String()]; return n, ok }
+	dir := &fakeDirectory{owners: map[string]string{macA.String(): "node-a", macB.String(): "node-b"}}
 	hosts := []*responder{
 		{mac: macA, ips: []netip.Addr{ip("10.0.0.10"), ip("10.0.0.12"), ip("10.0.0.13")}},
 		{mac: macB, ips: []netip.Addr{ip("10.0.0.12")}},
@@ -229,10 +230,10 @@ func TestChecker(t *testing.T) {
 			t.Parallel()
 			netw := &fakeNetwork{routes: routes, first: "eth0", hosts: hosts, t: t, noRoute: tt.noRoute}
 			c, err := NewChecker(CheckerOptions{
-				Targets:    StaticTargets(tt.targets...),
-				Network:    netw,
-				Probe:      ProbeOptions{Window: 100 * time.Millisecond, Attempts: 2, Limiter: rate.NewLimiter(rate.Inf, 1)},
-				NodeForMAC: resolver,
+				Targets:   StaticTargets(tt.targets...),
+				Network:   netw,
+				Probe:     ProbeOptions{Window: 100 * time.Millisecond, Attempts: 2, Limiter: rate.NewLimiter(rate.Inf, 1)},
+				Directory: dir,
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -399,4 +400,112 @@ func TestCheckerDeadline(t *testing.T) {
 		t.Errorf("every IP has a verdict, yet the message says some are not probed: %q", res.Message)
 	}
 	t.Logf("%d runs of %v to cover %d IPs", runs, budget, n)
+}
+
+// fakeDirectory names MACs from owners and returns published[node] (stale[node]
+// unless fresh, when set) as a node's MACs; it logs every call.
+type fakeDirectory struct {
+	owners           map[string]string
+	published, stale map[string][]net.HardwareAddr
+	mu               sync.Mutex
+	calls            []string
+}
+
+func (d *fakeDirectory) NodeMACs(_ context.Context, node string, fresh bool) []net.HardwareAddr {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.calls = append(d.calls, fmt.Sprintf("macs %s fresh=%v", node, fresh))
+	if s, ok := d.stale[node]; ok && !fresh {
+		return s
+	}
+	return d.published[node]
+}
+
+func (d *fakeDirectory) NodeForMAC(_ context.Context, mac net.HardwareAddr, lookup bool) (string, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.calls = append(d.calls, fmt.Sprintf("name %s lookup=%v", mac, lookup))
+	n, ok := d.owners[mac.String()]
+	return n, ok
+}
+
+// TestCheckerDirectoryReads checks what the checker asks the directory: an
+// announcer's MACs only once its IP answered, again fresh only when a reply
+// is not among them, and a lookup of a responder only where the verdict
+// depends on it.
+func TestCheckerDirectoryReads(t *testing.T) {
+	macA := mustMAC(t, "52:54:00:00:00:0a")
+	macB := mustMAC(t, "52:54:00:00:00:0b")
+	macC := mustMAC(t, "52:54:00:00:00:0c")
+	hosts := []*responder{
+		{mac: macA, ips: []netip.Addr{ip("10.0.0.10"), ip("10.0.0.12")}},
+		{mac: macB, ips: []netip.Addr{ip("10.0.0.12"), ip("10.0.0.13")}},
+		{mac: macC, ips: []netip.Addr{ip("10.0.0.14")}},
+	}
+	routes := map[string]Route{"eth0": {Interface: "eth0", Index: 2, MAC: mustMAC(t, "52:54:00:00:00:01"), Src: ip("10.0.0.1")}}
+	tests := []struct {
+		name    string
+		targets []Target
+		dir     *fakeDirectory
+		result  string
+		calls   []string
+	}{
+		{name: "no reply: nothing read",
+			targets: []Target{{IP: ip("10.0.0.11"), ExpectedNode: "node-a"}},
+			dir:     &fakeDirectory{},
+			result:  "no-reply"},
+		{name: "the announcer's MAC answers: read once, named from what is known",
+			targets: []Target{{IP: ip("10.0.0.10"), ExpectedNode: "node-a"}},
+			dir:     &fakeDirectory{published: map[string][]net.HardwareAddr{"node-a": {macA}}, owners: map[string]string{macA.String(): "node-a"}},
+			result:  "answered",
+			calls:   []string{"macs node-a fresh=false", "name 52:54:00:00:00:0a lookup=false"}},
+		{name: "stale MACs: re-read fresh, then answered",
+			targets: []Target{{IP: ip("10.0.0.10"), ExpectedNode: "node-a"}},
+			dir:     &fakeDirectory{stale: map[string][]net.HardwareAddr{"node-a": {macB}}, published: map[string][]net.HardwareAddr{"node-a": {macA}}},
+			result:  "answered",
+			calls:   []string{"macs node-a fresh=false", "macs node-a fresh=true", "name 52:54:00:00:00:0a lookup=false"}},
+		{name: "another node answers: re-read, then the responder looked up",
+			targets: []Target{{IP: ip("10.0.0.13"), ExpectedNode: "node-a"}},
+			dir:     &fakeDirectory{published: map[string][]net.HardwareAddr{"node-a": {macA}}, owners: map[string]string{macB.String(): "node-b"}},
+			result:  "wrong-responder",
+			calls:   []string{"macs node-a fresh=false", "macs node-a fresh=true", "name 52:54:00:00:00:0b lookup=true"}},
+		{name: "announcer published nothing: the responder looked up",
+			targets: []Target{{IP: ip("10.0.0.14"), ExpectedNode: "node-x"}},
+			dir:     &fakeDirectory{owners: map[string]string{macC.String(): "node-c"}},
+			result:  "wrong-responder",
+			calls:   []string{"macs node-x fresh=false", "macs node-x fresh=true", "name 52:54:00:00:00:0c lookup=true"}},
+		{name: "no announcer known: answered, named from what is known",
+			targets: []Target{{IP: ip("10.0.0.14")}},
+			dir:     &fakeDirectory{},
+			result:  "answered",
+			calls:   []string{"name 52:54:00:00:00:0c lookup=false"}},
+		{name: "conflict: every responder looked up",
+			targets: []Target{{IP: ip("10.0.0.12"), ExpectedNode: "node-a"}},
+			dir:     &fakeDirectory{published: map[string][]net.HardwareAddr{"node-a": {macA}}},
+			result:  "conflict",
+			calls:   []string{"macs node-a fresh=false", "name 52:54:00:00:00:0a lookup=true", "name 52:54:00:00:00:0b lookup=true"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := NewChecker(CheckerOptions{
+				Targets:   StaticTargets(tt.targets...),
+				Network:   &fakeNetwork{routes: routes, first: "eth0", hosts: hosts, t: t},
+				Probe:     ProbeOptions{Window: 100 * time.Millisecond, Attempts: 2, Limiter: rate.NewLimiter(rate.Inf, 1)},
+				Directory: tt.dir,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := c.Run(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := res.Findings[0].(Finding).Result.String(); got != tt.result {
+				t.Errorf("result %s, want %s: %s", got, tt.result, res.Message)
+			}
+			if diff := cmp.Diff(tt.calls, tt.dir.calls); diff != "" {
+				t.Errorf("directory calls (-want +got):\n%s", diff)
+			}
+		})
+	}
 }

@@ -4,7 +4,6 @@ package arpcheck
 
 import (
 	"context"
-	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -42,10 +41,10 @@ func TestMessageIgnoresOtherIPs(t *testing.T) {
 					targets = append(targets, Target{IP: ip(s)})
 				}
 				c, err := NewChecker(CheckerOptions{
-					Targets:    StaticTargets(targets...),
-					Network:    &fakeNetwork{routes: routes, first: "eth0", hosts: hosts, t: t},
-					Probe:      ProbeOptions{Window: 50 * time.Millisecond, Attempts: 2, Limiter: rate.NewLimiter(rate.Inf, 1)},
-					NodeForMAC: func(net.HardwareAddr) (string, bool) { return "", false },
+					Targets:   StaticTargets(targets...),
+					Network:   &fakeNetwork{routes: routes, first: "eth0", hosts: hosts, t: t},
+					Probe:     ProbeOptions{Window: 50 * time.Millisecond, Attempts: 2, Limiter: rate.NewLimiter(rate.Inf, 1)},
+					Directory: &fakeDirectory{},
 				})
 				if err != nil {
 					t.Fatal(err)

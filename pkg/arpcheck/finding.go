@@ -31,7 +31,7 @@ type Finding struct {
 	// ExpectedNode is the node said to announce the IP, when known.
 	ExpectedNode string `json:"expected_node,omitempty"`
 	// ResponderNodes names the node owning each MAC in MACs ("" when unknown),
-	// when a node resolver is configured and knows at least one of them.
+	// when a Directory is configured and knows at least one of them.
 	ResponderNodes []string `json:"responder_nodes,omitempty"`
 	// Service is the Service (namespace/name) the IP belongs to, when known.
 	Service string `json:"service,omitempty"`

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
@@ -19,6 +18,7 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
@@ -66,7 +66,7 @@ type Config struct {
 type Cluster struct {
 	// Client reads Services, EndpointSlices, the kube-proxy ConfigMap and
 	// this Node's kube-proxy version.
-	Client kubernetes.Interface
+	Client kube.Interface
 	// View is the agent's informer-fed view of the cluster: the ipvs and
 	// arp-sysctls checks read Services and EndpointSlices from it and the
 	// arp check probes its LoadBalancer IPs. Nil (diagnose), they list
@@ -76,8 +76,8 @@ type Cluster struct {
 	// Dynamic reads MetalLB's ServiceL2Status for the one-shot view; nil
 	// with no View leaves the arp check to ProbeIPs.
 	Dynamic dynamic.Interface
-	// Metadata reads the Nodes' metadata (their MAC annotations) for the
-	// one-shot view; required with Dynamic and no View.
+	// Metadata reads Nodes' metadata (their MAC annotations) when a probe
+	// needs them, for the one-shot view.
 	Metadata metadata.Interface
 	// ShardK is how many nodes probe each LoadBalancer IP; 0 probes every
 	// IP from this node.
@@ -195,10 +195,10 @@ func arpChecker(ctx context.Context, cfg Config) (check.Checker, error) {
 			}}, nil
 		}
 	}
-	return arpcheck.NewChecker(arpcheck.CheckerOptions{Targets: view.ARPTargets(c.ShardK), NodeForMAC: view.ResponderNode})
+	return arpcheck.NewChecker(arpcheck.CheckerOptions{Targets: view.ARPTargets(c.ShardK), Directory: view.MACDirectory()})
 }
 
-// listOnce fills a view of the cluster (Services, Nodes, MetalLB's
+// listOnce fills a view of the cluster (Services, this Node, MetalLB's
 // ServiceL2Status) with one listing; its informers stop when it returns.
 func listOnce(ctx context.Context, node string, c *Cluster) (*agent.ClusterView, error) {
 	timeout := c.ListTimeout

@@ -22,6 +22,8 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube/kubetest"
 )
 
 func fakeDynamic() *dynamicfake.FakeDynamicClient {
@@ -75,7 +77,7 @@ func TestBuild(t *testing.T) {
 		{
 			name: "diagnose with a cluster lists it once for the arp check",
 			cluster: func(cs *fake.Clientset) *Cluster {
-				return &Cluster{Client: cs, Dynamic: fakeDynamic(), Metadata: fakeMetadata()}
+				return &Cluster{Client: kubetest.FromClientset(cs), Dynamic: fakeDynamic(), Metadata: fakeMetadata()}
 			},
 			wantLists: []string{"endpointslices", "nodes", "services"},
 			wantARP:   "NoTargets",
@@ -84,13 +86,13 @@ func TestBuild(t *testing.T) {
 			name:     "probe IPs: the cluster is not listed for the arp check",
 			probeIPs: []string{"192.0.2.1"},
 			cluster: func(cs *fake.Clientset) *Cluster {
-				return &Cluster{Client: cs, Dynamic: fakeDynamic(), Metadata: fakeMetadata()}
+				return &Cluster{Client: kubetest.FromClientset(cs), Dynamic: fakeDynamic(), Metadata: fakeMetadata()}
 			},
 		},
 		{
 			name: "a cluster that cannot be listed fails only the arp check",
 			cluster: func(cs *fake.Clientset) *Cluster {
-				return &Cluster{Client: cs, Dynamic: fakeDynamic(), Metadata: fakeMetadata(), ListTimeout: 200 * time.Millisecond}
+				return &Cluster{Client: kubetest.FromClientset(cs), Dynamic: fakeDynamic(), Metadata: fakeMetadata(), ListTimeout: 200 * time.Millisecond}
 			},
 			prepare:   failServices,
 			wantLists: []string{"endpointslices", "nodes", "services"},
@@ -99,7 +101,7 @@ func TestBuild(t *testing.T) {
 		{
 			name: "the agent's view is never listed by Build",
 			cluster: func(cs *fake.Clientset) *Cluster {
-				return &Cluster{Client: cs, View: agent.NewClusterView("node-a", cs, fakeDynamic(), fakeMetadata()), ShardK: 3}
+				return &Cluster{Client: kubetest.FromClientset(cs), View: agent.NewClusterView("node-a", kubetest.FromClientset(cs), fakeDynamic(), fakeMetadata()), ShardK: 3}
 			},
 			prepare: failServices,
 		},

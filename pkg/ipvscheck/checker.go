@@ -106,8 +106,8 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	logger.V(2).Info("read the IPVS table", "virtualServers", len(table), "realServers", table.RealServerCount())
 
 	var findings []Finding
-	var svcs []corev1.Service
-	var eps []discoveryv1.EndpointSlice
+	var svcs []*corev1.Service
+	var eps []*discoveryv1.EndpointSlice
 	clusterErr := errNoCluster
 	if c.cfg.Cluster != nil {
 		// The API being down never stops the node-local part of the check.

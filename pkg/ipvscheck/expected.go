@@ -41,11 +41,10 @@ type Expected struct {
 
 // ExpectedVirtualServers derives, from the cluster's Services and
 // EndpointSlices, the virtual servers kube-proxy in IPVS mode should have
-// programmed on the node named node.
-func ExpectedVirtualServers(svcs []corev1.Service, eps []discoveryv1.EndpointSlice, node string) []Expected {
+// programmed on the node named node; it modifies neither.
+func ExpectedVirtualServers(svcs []*corev1.Service, eps []*discoveryv1.EndpointSlice, node string) []Expected {
 	byService := map[string][]*discoveryv1.EndpointSlice{}
-	for i := range eps {
-		s := &eps[i]
+	for _, s := range eps {
 		name := s.Labels[discoveryv1.LabelServiceName]
 		if name == "" {
 			continue

@@ -23,6 +23,8 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs/ipvstest"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube/kubetest"
 )
 
 const node = "vm-node-1"
@@ -104,7 +106,7 @@ func fixtureTable() ipvs.Table {
 
 func TestExpectedVirtualServers(t *testing.T) {
 	svcs, eps := fixtureCluster()
-	got := ExpectedVirtualServers(svcs, eps, node)
+	got := ExpectedVirtualServers(pointers(svcs), pointers(eps), node)
 	want := []Expected{
 		{Service: "default/kubernetes", Kind: KindClusterIP, Key: key("10.96.0.1", 443, ipvs.TCP)},
 		{Service: "default/web", Kind: KindClusterIP, Key: key("10.96.0.50", 80, ipvs.TCP), ReadyEndpoints: 1},
@@ -132,7 +134,7 @@ func TestExpectedPolicies(t *testing.T) {
 		slice("kube-system", "dns", discoveryv1.AddressTypeIPv6, "dns", corev1.ProtocolUDP, ep{addr: "fd00:244::2"}),
 		slice("default", "local", discoveryv1.AddressTypeIPv4, "", corev1.ProtocolTCP, ep{addr: "10.244.1.5", node: "other"}, ep{addr: "10.244.0.5", node: node}),
 	}
-	got := ExpectedVirtualServers([]corev1.Service{dns, lb, headless, ignored, extName}, eps, node)
+	got := ExpectedVirtualServers([]*corev1.Service{&dns, &lb, &headless, &ignored, &extName}, pointers(eps), node)
 	byKey := map[string]Expected{}
 	for _, e := range got {
 		byKey[e.Key.String()] = e
@@ -157,7 +159,7 @@ func TestExpectedPolicies(t *testing.T) {
 
 func TestCompare(t *testing.T) {
 	svcs, eps := fixtureCluster()
-	exp := ExpectedVirtualServers(svcs, eps, node)
+	exp := ExpectedVirtualServers(pointers(svcs), pointers(eps), node)
 	tests := []struct {
 		name  string
 		table ipvs.Table
@@ -206,9 +208,12 @@ type fakeCluster struct {
 	err  error
 }
 
-func (f fakeCluster) Services(context.Context) ([]corev1.Service, error) { return f.svcs, f.err }
-func (f fakeCluster) EndpointSlices(context.Context) ([]discoveryv1.EndpointSlice, error) {
-	return f.eps, nil
+func (f fakeCluster) Services(context.Context) ([]*corev1.Service, error) {
+	return pointers(f.svcs), f.err
+}
+
+func (f fakeCluster) EndpointSlices(context.Context) ([]*discoveryv1.EndpointSlice, error) {
+	return pointers(f.eps), nil
 }
 
 func fixtureLink(name string) (kubeproxy.Link, error) {
@@ -268,7 +273,7 @@ func TestChecker(t *testing.T) {
 func TestLoadBalancerIPsFromClientset(t *testing.T) {
 	svcs, _ := fixtureCluster()
 	cs := fake.NewClientset(&svcs[0], &svcs[1], &svcs[2])
-	got, err := LoadBalancerIPs(NewCluster(cs))(context.Background())
+	got, err := LoadBalancerIPs(NewCluster(kubetest.FromClientset(cs)))(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +326,7 @@ func TestCompareDualStack(t *testing.T) {
 		slice("default", "web-lb", discoveryv1.AddressTypeIPv4, "", corev1.ProtocolTCP, ep{addr: "10.244.1.11", node: "vm-node-2"}),
 		slice("default", "web-lb", discoveryv1.AddressTypeIPv6, "", corev1.ProtocolTCP, ep{addr: "fd00:244::b", node: "vm-node-2"}),
 	}
-	exp := ExpectedVirtualServers([]corev1.Service{lb}, eps, node)
+	exp := ExpectedVirtualServers([]*corev1.Service{&lb}, pointers(eps), node)
 	var keys []string
 	for _, e := range exp {
 		keys = append(keys, e.Kind+" "+e.Key.String()+" "+strconv.Itoa(e.ReadyEndpoints))

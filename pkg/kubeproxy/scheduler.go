@@ -9,9 +9,10 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 )
 
 // SchedulerSource is one place the configured IPVS scheduler may be read from.
@@ -47,7 +48,7 @@ func ConfigzScheduler(c *Client) SchedulerSource {
 
 // ConfigMapScheduler reads ipvs.scheduler from the kube-proxy ConfigMap
 // (kube-system/kube-proxy, key config.conf, as kubeadm writes it).
-func ConfigMapScheduler(cs kubernetes.Interface) SchedulerSource {
+func ConfigMapScheduler(cs kube.Interface) SchedulerSource {
 	return SchedulerSource{Name: FromConfigMap, Get: func(ctx context.Context) (string, error) {
 		cfg, err := ConfigMapConfig(ctx, cs)
 		if err != nil {
@@ -88,8 +89,8 @@ func Cached(src SchedulerSource, ttl time.Duration, clk clock.PassiveClock) Sche
 }
 
 // ConfigMapConfig reads kube-proxy's configuration from the kube-system/kube-proxy ConfigMap.
-func ConfigMapConfig(ctx context.Context, cs kubernetes.Interface) (Config, error) {
-	cm, err := cs.CoreV1().ConfigMaps("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{})
+func ConfigMapConfig(ctx context.Context, cs kube.Interface) (Config, error) {
+	cm, err := cs.ConfigMaps("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{})
 	if err != nil {
 		return Config{}, fmt.Errorf("reading the kube-proxy ConfigMap: %w", err)
 	}
@@ -169,9 +170,9 @@ func (r *SchedulerResolver) Resolve(ctx context.Context) (scheduler, from string
 // nodeInfo.kubeProxyVersion where still set (deprecated, no longer set by
 // recent kubelets), else the kubelet's version, which kube-proxy matches on
 // every supported distribution.
-func NodeVersion(cs kubernetes.Interface, node string) VersionSource {
+func NodeVersion(cs kube.Interface, node string) VersionSource {
 	return func(ctx context.Context) (Version, error) {
-		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		n, err := cs.Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return Version{}, fmt.Errorf("reading Node %s: %w", node, err)
 		}

@@ -9,7 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 )
 
 // Client is the narrow API surface the Manager writes through.
@@ -22,13 +23,13 @@ type Client interface {
 	PatchNodeMetadata(ctx context.Context, name string, patch []byte) (*corev1.Node, error)
 }
 
-// NewClient returns a Client backed by a clientset.
-func NewClient(cs kubernetes.Interface) Client { return clientsetClient{cs} }
+// NewClient returns a Client backed by cs.
+func NewClient(cs kube.Interface) Client { return clientsetClient{cs} }
 
-type clientsetClient struct{ cs kubernetes.Interface }
+type clientsetClient struct{ cs kube.Interface }
 
 func (c clientsetClient) GetNode(ctx context.Context, name string) (*corev1.Node, error) {
-	n, err := c.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	n, err := c.cs.Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("getting node %s: %w", name, err)
 	}
@@ -36,7 +37,7 @@ func (c clientsetClient) GetNode(ctx context.Context, name string) (*corev1.Node
 }
 
 func (c clientsetClient) PatchNodeStatus(ctx context.Context, name string, patch []byte) (*corev1.Node, error) {
-	n, err := c.cs.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	n, err := c.cs.Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
 		return nil, fmt.Errorf("patching status of node %s: %w", name, err)
 	}
@@ -44,7 +45,7 @@ func (c clientsetClient) PatchNodeStatus(ctx context.Context, name string, patch
 }
 
 func (c clientsetClient) PatchNodeMetadata(ctx context.Context, name string, patch []byte) (*corev1.Node, error) {
-	n, err := c.cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	n, err := c.cs.Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("patching metadata of node %s: %w", name, err)
 	}

@@ -13,10 +13,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 )
 
 // ReportingController is the reporting controller of every Event ipvs-guard emits.
@@ -38,7 +39,7 @@ type ManagerConfig struct {
 	// Client writes to the API server.
 	Client Client
 	// Recorder emits one Event per transition; nil records none.
-	Recorder events.EventRecorder
+	Recorder kube.EventRecorder
 	// Clock stamps transition times and drives retries; nil means the real clock.
 	Clock clock.WithTicker
 	// CachedNode, when set, returns the Node from an informer cache so that a

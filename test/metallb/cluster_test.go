@@ -27,6 +27,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -36,6 +37,7 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/internal/ipvsguardtest"
 	"github.com/ipvs-guard/ipvs-guard/internal/l2segment"
 	"github.com/ipvs-guard/ipvs-guard/internal/metallbtest"
+	"github.com/ipvs-guard/ipvs-guard/internal/peerstest"
 	"github.com/ipvs-guard/ipvs-guard/internal/proc"
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
 	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
@@ -73,6 +75,8 @@ type cluster struct {
 	guest *guestNode
 	// assigned is when MetalLB assigned each LoadBalancer IP.
 	assigned map[netip.Addr]time.Time
+	// peers is the agents' peers Service, listing every node as the chart's would.
+	peers *peerstest.Peers
 }
 
 func repoRoot(t testing.TB) string {
@@ -173,6 +177,11 @@ func newClusterGuest(t testing.TB, ctx context.Context, names, speakerNodes []st
 		c.joinGuest()
 		c.figure("guest: setup wait beyond the namespace nodes' (its boot overlaps theirs)", "%.1fs", time.Since(join).Seconds())
 		c.order = append(c.order, guestName)
+		// The guest's agent is a peer like the others, as the chart's
+		// peers Service would list it once its pod is ready.
+		if err := c.peers.Set(ctx, c.order, nil); err != nil {
+			t.Fatal(err)
+		}
 		c.waitFor("every agent publishes its MACs on its Node", waitLong, func() (bool, string) {
 			for _, n := range c.order {
 				node, err := c.kube.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
@@ -275,17 +284,26 @@ func (c *cluster) hostTree(name string) string {
 }
 
 // startAgent starts `ipvs-guard run` in the node's namespace with the
-// DaemonSet's capabilities (NET_ADMIN, NET_RAW), report-only.
+// DaemonSet's capabilities (NET_ADMIN, NET_RAW), report-only, with its
+// peers from a peers Service that lists every node of the segment (an agent
+// runs on each), as the chart's DaemonSet and the EndpointSlice controller
+// would give them.
 func (c *cluster) startAgent(name string) {
 	c.t.Helper()
 	n := c.nodes[name]
+	if c.peers == nil {
+		var err error
+		if c.peers, err = peerstest.Publish(c.ctx, c.kube, types.NamespacedName{Namespace: "ipvs-guard", Name: "ipvs-guard-peers"}, c.order); err != nil {
+			c.t.Fatal(err)
+		}
+	}
 	if c.trees[name] == "" {
 		c.trees[name] = c.hostTree(name)
 	}
 	cmd := n.Command(c.ctx, "setpriv", "--bounding-set=-all,+net_admin,+net_raw", "--inh-caps=-all,+net_admin,+net_raw",
 		"--ambient-caps=-all,+net_admin,+net_raw", "--no-new-privs", "--",
 		c.bin, "run", "--kubeconfig="+c.mlb.NodeKubeconfig, "--node-name="+name, "--root="+c.trees[name],
-		"--scheduler=rr", "--resync-period="+resync, "--no-uevents",
+		"--scheduler=rr", "--resync-period="+resync, "--no-uevents", c.peers.Flag(),
 		fmt.Sprintf("--metrics-bind-address=%s:%d", n.IP, agentPort), "--health-probe-bind-address=127.0.0.1:9474")
 	p, err := proc.Start("ipvs-guard-"+name, cmd, filepath.Join(c.dir, "agent-"+name+".log"))
 	if err != nil {

@@ -259,7 +259,7 @@ echo 1 >/proc/sys/net/ipv6/conf/all/disable_ipv6`)
 	c.waitGuest("kube-proxy sets strictARP's sysctls in the guest", 3*time.Minute, `[ "$(cat /proc/sys/net/ipv4/conf/all/arp_ignore)$(cat /proc/sys/net/ipv4/conf/all/arp_announce)" = 12 ]`)
 	c.guestRun(`NODE_NAME=` + guestName + ` bg_start agent /usr/libexec/e2e/setpriv --bounding-set -all,+net_admin,+net_raw --inh-caps -all --no-new-privs -- ` +
 		`/usr/local/bin/ipvs-guard run --kubeconfig=/run/e2e/node.kubeconfig --node-name=` + guestName +
-		` --scheduler=rr --resync-period=` + resync + ` --no-uevents` +
+		` --scheduler=rr --resync-period=` + resync + ` --no-uevents ` + c.peers.Flag() +
 		fmt.Sprintf(" --metrics-bind-address=%s:%d", g.IP(), agentPort) + ` --health-probe-bind-address=127.0.0.1:9474`)
 	c.t.Logf("guest node %s: %s (%s) on the segment as %s; QEMU start → control endpoint %.1fs, → kube-proxy and agent up %.1fs",
 		guestName, g.IP(), g.MAC(), g.dev, g.up.Sub(g.bootStart).Seconds(), time.Since(g.bootStart).Seconds())

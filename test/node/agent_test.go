@@ -30,6 +30,8 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
 	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube/kubetest"
 )
 
 const debianNode = "debian-node"
@@ -139,7 +141,7 @@ func TestDebianNodeAgentReboot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nodestatus.Remove(ctx, nodestatus.NewClient(cs), n, []string{agent.MACsAnnotation}); err != nil {
+	if _, err := nodestatus.Remove(ctx, nodestatus.NewClient(kubetest.FromClientset(cs)), n, []string{agent.MACsAnnotation}); err != nil {
 		t.Fatal(err)
 	}
 	removed := time.Now().Truncate(time.Second) // conditions carry whole seconds

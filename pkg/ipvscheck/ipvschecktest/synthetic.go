@@ -46,16 +46,16 @@ func Endpoints(i int) [2]netip.Addr {
 // do (it implements ipvscheck.Cluster).
 type Cluster struct {
 	// Svcs are the Services.
-	Svcs []corev1.Service
+	Svcs []*corev1.Service
 	// EPs are their EndpointSlices.
-	EPs []discoveryv1.EndpointSlice
+	EPs []*discoveryv1.EndpointSlice
 }
 
 // Services returns the Services.
-func (c Cluster) Services(context.Context) ([]corev1.Service, error) { return c.Svcs, nil }
+func (c Cluster) Services(context.Context) ([]*corev1.Service, error) { return c.Svcs, nil }
 
 // EndpointSlices returns the EndpointSlices.
-func (c Cluster) EndpointSlices(context.Context) ([]discoveryv1.EndpointSlice, error) {
+func (c Cluster) EndpointSlices(context.Context) ([]*discoveryv1.EndpointSlice, error) {
 	return c.EPs, nil
 }
 
@@ -68,11 +68,11 @@ func NewCluster(n int) Cluster {
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("svc-%05d", i)
 		vip := VIP(i).String()
-		c.Svcs = append(c.Svcs, corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		c.Svcs = append(c.Svcs, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
 			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: vip, ClusterIPs: []string{vip},
 				Ports: []corev1.ServicePort{{Port: Port, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(TargetPort)}}}})
 		eps := Endpoints(i)
-		c.EPs = append(c.EPs, discoveryv1.EndpointSlice{
+		c.EPs = append(c.EPs, &discoveryv1.EndpointSlice{
 			ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: name}},
 			AddressType: discoveryv1.AddressTypeIPv4,
 			Endpoints: []discoveryv1.Endpoint{
