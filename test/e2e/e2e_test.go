@@ -302,7 +302,7 @@ func (e *e2e) scenarioSilentIPv6LoadBalancer() {
 
 	// kube-proxy now syncs both families; under TCG on a loaded host it took
 	// 80 s here. 170 s stays within the control endpoint's 3-minute answer.
-	out, code, err := e.g.exec(ctx, `kp_wait_table 170 `+cartClusterIP+` `+cartClusterIP6+` `+silentLBIP6)
+	out, code, err := e.g.Exec(ctx, `kp_wait_table 170 `+cartClusterIP+` `+cartClusterIP6+` `+silentLBIP6)
 	if err != nil || code != 0 {
 		t.Fatalf("step 6, kube-proxy programming the IPv6 VIPs: exit %d, %v:\n%s", code, err, out)
 	}
@@ -625,7 +625,7 @@ func (e *e2e) waitGuest(timeout time.Duration, script string) string {
 	var out string
 	deadline := time.Now().Add(timeout)
 	for {
-		o, code, err := e.g.exec(e.ctx, script)
+		o, code, err := e.g.Exec(e.ctx, script)
 		if err == nil && code == 0 {
 			return o
 		}
@@ -657,7 +657,7 @@ func (e *e2e) poll(what string, f func() (bool, string)) {
 func (e *e2e) guestLog(name string, lines int) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	out, _, err := e.g.exec(ctx, fmt.Sprintf("tail -n %d /run/e2e/%s.log", lines, name))
+	out, _, err := e.g.Exec(ctx, fmt.Sprintf("tail -n %d /run/e2e/%s.log", lines, name))
 	if err != nil {
 		return err.Error()
 	}
@@ -671,7 +671,7 @@ func (e *e2e) finish() {
 	defer cancel()
 	if dir := os.Getenv("E2E_ARTIFACTS"); dir != "" {
 		for _, name := range []string{"agent", "kube-proxy"} {
-			if out, _, err := e.g.exec(ctx, "cat /run/e2e/"+name+".log"); err == nil {
+			if out, _, err := e.g.Exec(ctx, "cat /run/e2e/"+name+".log"); err == nil {
 				_ = os.WriteFile(filepath.Join(dir, name+".log"), []byte(out), 0o644)
 			}
 		}
@@ -686,7 +686,7 @@ func (e *e2e) finish() {
 	if e.t.Failed() {
 		verdict = 1
 	}
-	if _, _, err := e.g.exec(ctx, fmt.Sprintf("echo %d >/run/e2e/done", verdict)); err != nil {
+	if _, _, err := e.g.Exec(ctx, fmt.Sprintf("echo %d >/run/e2e/done", verdict)); err != nil {
 		e.t.Logf("telling the guest to stop: %v", err)
 	}
 }

@@ -7,10 +7,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,56 +15,21 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/ipvs-guard/ipvs-guard/internal/guestvm"
 )
 
 // guest drives the guest node through its control endpoint
 // (hack/e2e/guest-main.sh): each call runs a shell script there with
 // hack/e2e/e2e-lib.sh sourced.
-type guest struct {
-	url    string
-	client *http.Client
-}
+type guest struct{ *guestvm.Control }
 
-func newGuest(url string) *guest {
-	return &guest{url: strings.TrimRight(url, "/"), client: &http.Client{Timeout: 3 * time.Minute}}
-}
-
-// exitLine ends every answer; the newline before it is the endpoint's, not
-// the script's.
-var exitLine = regexp.MustCompile(`\nexit=(\d+)\n$`)
-
-// exec runs script in the guest and returns its combined output and exit code.
-func (g *guest) exec(ctx context.Context, script string) (string, int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.url+"/cgi-bin/exec", strings.NewReader(script))
-	if err != nil {
-		return "", 0, err
-	}
-	req.Header.Set("Content-Type", "text/plain")
-	resp, err := g.client.Do(req)
-	if err != nil {
-		return "", 0, fmt.Errorf("guest control endpoint: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", 0, fmt.Errorf("reading guest answer: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", 0, fmt.Errorf("guest control endpoint: %s: %s", resp.Status, body)
-	}
-	out := string(body)
-	loc := exitLine.FindStringSubmatchIndex(out)
-	if loc == nil {
-		return out, 0, fmt.Errorf("guest answer has no exit line: %q", out)
-	}
-	code, _ := strconv.Atoi(out[loc[2]:loc[3]])
-	return out[:loc[0]], code, nil
-}
+func newGuest(url string) *guest { return &guest{guestvm.NewControl(url)} }
 
 // run runs script in the guest and fails the test unless it exits 0.
 func (g *guest) run(ctx context.Context, t testing.TB, script string) string {
 	t.Helper()
-	out, code, err := g.exec(ctx, script)
+	out, code, err := g.Exec(ctx, script)
 	if err != nil {
 		t.Fatalf("guest: %s: %v", firstLine(script), err)
 	}
@@ -84,7 +46,7 @@ func (g *guest) waitReady(ctx context.Context, timeout time.Duration) error {
 	var last error
 	for {
 		short, c := context.WithTimeout(ctx, 5*time.Second)
-		_, code, err := g.exec(short, "true")
+		_, code, err := g.Exec(short, "true")
 		c()
 		if err == nil && code == 0 {
 			return nil

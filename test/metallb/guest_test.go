@@ -9,12 +9,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,9 +41,10 @@ const guestName = "guest"
 // /metrics). The guest side is hack/metallb/guest-main.sh, then the
 // end-to-end tier's node main and helpers (hack/e2e).
 type guestNode struct {
-	tap    *l2segment.Tap
-	dir    string
-	client *http.Client
+	tap *l2segment.Tap
+	dir string
+	// ctl is the control endpoint on the segment.
+	ctl *guestvm.Control
 	// dev is the segment NIC's name in the guest.
 	dev string
 	// booted is closed when QEMU has ended; code is the guest's exit code.
@@ -77,7 +76,7 @@ func (c *cluster) bootGuest() {
 		c.t.Fatal(err)
 	}
 	g := &guestNode{tap: tap, dir: filepath.Join(c.dir, "guest"), booted: make(chan struct{}),
-		client: &http.Client{Timeout: 3 * time.Minute}}
+		ctl: guestvm.NewControl("http://" + tap.IP.String() + ":8000")}
 	if err := os.MkdirAll(g.dir, 0o755); err != nil {
 		c.t.Fatal(err)
 	}
@@ -138,7 +137,7 @@ func (c *cluster) bootGuest() {
 // and powers off), then ends QEMU if it is still there after 60 s.
 func (g *guestNode) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	_, _, _ = g.exec(ctx, "echo 0 >/run/e2e/done")
+	_, _, _ = g.ctl.Exec(ctx, "echo 0 >/run/e2e/done")
 	cancel()
 	select {
 	case <-g.booted:
@@ -148,40 +147,10 @@ func (g *guestNode) stop() {
 	<-g.booted
 }
 
-// exitLine ends every answer of the control endpoint.
-var exitLine = regexp.MustCompile(`\nexit=(\d+)\n$`)
-
-// exec runs script in the guest (hack/e2e/e2e-lib.sh sourced) over the
-// segment and returns its combined output and exit code.
-func (g *guestNode) exec(ctx context.Context, script string) (string, int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+g.tap.IP.String()+":8000/cgi-bin/exec", strings.NewReader(script))
-	if err != nil {
-		return "", 0, err
-	}
-	resp, err := g.client.Do(req)
-	if err != nil {
-		return "", 0, fmt.Errorf("guest control endpoint: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", 0, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", 0, fmt.Errorf("guest control endpoint: %s: %s", resp.Status, body)
-	}
-	loc := exitLine.FindSubmatchIndex(body)
-	if loc == nil {
-		return string(body), 0, fmt.Errorf("guest answer has no exit line: %q", body)
-	}
-	code, _ := strconv.Atoi(string(body[loc[2]:loc[3]]))
-	return string(body[:loc[0]]), code, nil
-}
-
 // run runs script in the guest and fails the test unless it exits 0.
 func (c *cluster) guestRun(script string) string {
 	c.t.Helper()
-	out, code, err := c.guest.exec(c.ctx, script)
+	out, code, err := c.guest.ctl.Exec(c.ctx, script)
 	if err != nil || code != 0 {
 		c.t.Fatalf("guest: %q: exit %d, %v:\n%s", script, code, err, out)
 	}
@@ -193,7 +162,7 @@ func (c *cluster) waitGuest(what string, timeout time.Duration, script string) s
 	c.t.Helper()
 	var out string
 	c.waitFor(what, timeout, func() (bool, string) {
-		o, code, err := c.guest.exec(c.ctx, script)
+		o, code, err := c.guest.ctl.Exec(c.ctx, script)
 		out = o
 		return err == nil && code == 0, fmt.Sprintf("exit %d, %v: %s", code, err, o)
 	})
@@ -214,7 +183,7 @@ func (c *cluster) joinGuest() {
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
 		defer cancel()
-		out, code, err := g.exec(ctx, "cat /run/e2e/segment-dev")
+		out, code, err := g.ctl.Exec(ctx, "cat /run/e2e/segment-dev")
 		if err != nil || code != 0 {
 			return false, fmt.Sprint(err)
 		}
@@ -334,7 +303,7 @@ func (c *cluster) guestWaitVIP(ip netip.Addr) {
 // guestArping runs iputils arping in the guest on its segment NIC.
 func (c *cluster) guestArping(ip netip.Addr, count int, deadline time.Duration) (l2segment.ArpingResult, error) {
 	args := l2segment.ArpingArgs(c.guest.dev, ip, count, deadline)
-	out, code, err := c.guest.exec(c.ctx, strings.Join(args, " "))
+	out, code, err := c.guest.ctl.Exec(c.ctx, strings.Join(args, " "))
 	if err != nil {
 		return l2segment.ArpingResult{}, err
 	}
@@ -345,7 +314,7 @@ func (c *cluster) guestArping(ip netip.Addr, count int, deadline time.Duration) 
 func (c *cluster) guestLogs() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	out, _, err := c.guest.exec(ctx, `for f in kube-proxy agent; do echo "--- guest $f.log:"; tail -n 40 /run/e2e/$f.log; done`)
+	out, _, err := c.guest.ctl.Exec(ctx, `for f in kube-proxy agent; do echo "--- guest $f.log:"; tail -n 40 /run/e2e/$f.log; done`)
 	if err != nil {
 		return fmt.Sprintf("guest unreachable: %v; console %s", err, filepath.Join(c.guest.dir, "console.log"))
 	}

@@ -70,20 +70,7 @@ func TestKubeletNodeDemo(t *testing.T) {
 	}
 
 	say("on the node: modprobe -r ip_vs_wrr (someone unloads a module the pod keeps loaded)")
-	ctl.do("unload ip_vs_wrr")
-	if _, err := vm.WaitConsole(ctx, "NODE-SCENARIO boot=1 unload=ip_vs_wrr ok", 1, 2*time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	ctl.do("await ip_vs_wrr")
-	raw, err := vm.WaitConsole(ctx, "NODE-SCENARIO boot=1 await=", 1, 3*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := facts(raw)[1]["await"]
-	if !strings.Contains(got, "loaded after") {
-		t.Fatalf("the pod did not load ip_vs_wrr again: %s", got)
-	}
-	say("the kernel's uevent woke the pod, which loaded it back with finit_module: %s", got)
+	say("the kernel's uevent woke the pod, which loaded it back with finit_module: %s", k.unloadUnderPod("ip_vs_wrr"))
 
 	say("on the node: reboot")
 	restarts := k.pod.Status.ContainerStatuses[0].RestartCount

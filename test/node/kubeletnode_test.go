@@ -8,6 +8,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,4 +121,25 @@ func (k *kubeletNode) helmInstall() (install, running, ready, published time.Tim
 		return err == nil && allFalse(n), nil
 	})
 	return install, running, ready, published
+}
+
+// unloadUnderPod unloads module on the node under the running pod and
+// returns what the node saw of its reload (the "await" fact: "loaded after
+// …" when the pod loaded it back), failing the test if it was not.
+func (k *kubeletNode) unloadUnderPod(module string) string {
+	k.t.Helper()
+	k.ctl.do("unload " + module)
+	if _, err := k.vm.WaitConsole(k.ctx, "NODE-SCENARIO boot=1 unload="+module+" ok", 1, 2*time.Minute); err != nil {
+		k.t.Fatal(err)
+	}
+	k.ctl.do("await " + module)
+	raw, err := k.vm.WaitConsole(k.ctx, "NODE-SCENARIO boot=1 await=", 1, 3*time.Minute)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	got := facts(raw)[1]["await"]
+	if !strings.Contains(got, "loaded after") {
+		k.t.Fatalf("the remediating pod did not load %s again: %s", module, got)
+	}
+	return got
 }
