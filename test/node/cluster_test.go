@@ -112,13 +112,22 @@ func TestHelmInstallControlPlane(t *testing.T) {
 	}) {
 		t.Errorf("pod conditions %+v lack PodScheduled=True", pod.Status.Conditions)
 	}
-	scheduled, err := cs.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod.Name + ",reason=Scheduled"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The scheduler records its Event asynchronously (its broadcaster
+	// batches writes): the pod can be bound before the Event is stored.
 	var reporters []string
-	for _, e := range scheduled.Items {
-		reporters = append(reporters, e.ReportingController+e.Source.Component)
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		scheduled, err := cs.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod.Name + ",reason=Scheduled"})
+		if err != nil {
+			return false, err
+		}
+		reporters = nil
+		for _, e := range scheduled.Items {
+			reporters = append(reporters, e.ReportingController+e.Source.Component)
+		}
+		return len(reporters) > 0, nil
+	})
+	if err != nil {
+		t.Errorf("waiting for the Scheduled Event: %v", err)
 	}
 	if diff := cmp.Diff([]string{"default-scheduler"}, reporters); diff != "" {
 		t.Errorf("Scheduled events' reporter (-want +got):\n%s", diff)
