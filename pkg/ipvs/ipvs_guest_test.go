@@ -127,6 +127,31 @@ func TestGuestTableMatchesIPVSAdm(t *testing.T) {
 	if len(tbl) != 11 || tbl.RealServerCount() != 12 {
 		t.Errorf("read %d virtual servers, %d real servers; want 11, 12", len(tbl), tbl.RealServerCount())
 	}
+	// The real servers came from one read of the kernel's file (all but the
+	// firewall mark's): the same table as one netlink dump per virtual server.
+	proc, err := os.ReadFile("/proc/net/ip_vs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("/proc/net/ip_vs:\n%s", proc)
+	fromFile, err := ipvs.ParseProcIPVS(proc)
+	if err != nil {
+		t.Fatalf("parsing /proc/net/ip_vs: %v", err)
+	}
+	n := 0
+	for _, rs := range fromFile {
+		n += len(rs)
+	}
+	if len(fromFile) != 10 || n != 11 {
+		t.Errorf("/proc/net/ip_vs: %d virtual servers, %d real servers; want 10, 11 (all but the firewall mark's)", len(fromFile), n)
+	}
+	netlinkOnly, err := ipvs.New(hostfs.New("/"), ipvs.WithoutProcFS()).Table(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(netlinkOnly, tbl); diff != "" {
+		t.Errorf("netlink only vs with /proc/net/ip_vs (-netlink +file):\n%s", diff)
+	}
 	if calls := guest.ModprobeCalls(t); len(calls) != 0 {
 		t.Errorf("modprobe was executed: %q", calls)
 	}

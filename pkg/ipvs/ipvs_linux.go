@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"sync"
 	"syscall"
 	_ "unsafe" // for go:linkname
@@ -57,8 +59,24 @@ func disarmMobySetup() { mobyOnce.Do(func() {}) }
 type Option func(*Handle)
 
 // WithNetNS reads the IPVS table of the network namespace at path (e.g.
-// /proc/<pid>/ns/net) instead of the caller's.
+// /proc/<pid>/ns/net) instead of the caller's. Real servers then come from
+// one netlink dump per virtual server: the kernel's file lists only the
+// reading task's namespace.
 func WithNetNS(path string) Option { return func(h *Handle) { h.nsPath = path } }
+
+// withoutProcFS makes the Handle read every real server through netlink,
+// as it does when the kernel's file cannot be read (tests compare the two).
+func withoutProcFS() Option { return func(h *Handle) { h.procPath = "" } }
+
+// procIPVSPath lists the IPVS table of the reading task's network namespace.
+// It is the process's own /proc, not the host root's: netlink reads the same
+// namespace.
+const procIPVSPath = "/proc/self/net/ip_vs"
+
+// procIPVSLimit bounds the file read: about 2 MiB is 10,000 virtual servers
+// with 2 real servers each; beyond the limit the table is read through
+// netlink.
+const procIPVSLimit = 256 << 20
 
 // Handle reads the IPVS table through moby/ipvs. It is safe for concurrent
 // use; reads are serialised.
@@ -66,19 +84,25 @@ func WithNetNS(path string) Option { return func(h *Handle) { h.nsPath = path } 
 // Every Table call first checks that ip_vs is loaded (files under root only),
 // then resolves the IPVS family id by dumping the generic-netlink families (a
 // dump never asks the kernel to load a module, unlike a by-name lookup), and
-// re-creates the moby handle whenever the id changed.
+// re-creates the moby handle whenever the id changed. Virtual servers come
+// from moby/ipvs's services dump; their real servers from one read of
+// /proc/net/ip_vs, and through netlink for any virtual server the file does
+// not list (a firewall mark, one created between the two reads) or when the
+// file cannot be read.
 type Handle struct {
-	root   hostfs.Root
-	nsPath string
+	root     hostfs.Root
+	nsPath   string
+	procPath string // "" reads real servers through netlink only
 
 	// families lists the generic-netlink families (seam for tests).
 	families func(nsPath string) (map[string]int, error)
 
-	// mu guards h, dests and family.
-	mu     sync.Mutex
-	h      *mobyipvs.Handle
-	dests  *destReader // nil in another network namespace: moby's GetDestinations then
-	family int
+	// mu guards h, dests, family and procSize.
+	mu       sync.Mutex
+	h        *mobyipvs.Handle
+	dests    *destReader // nil in another network namespace: moby's GetDestinations then
+	family   int
+	procSize int // bytes the last read of procPath returned: the next one allocates once
 }
 
 var _ Interface = (*Handle)(nil)
@@ -86,9 +110,12 @@ var _ Interface = (*Handle)(nil)
 // New returns a Handle for the host at root. It does not touch the kernel.
 func New(root hostfs.Root, opts ...Option) *Handle {
 	disarmMobySetup()
-	h := &Handle{root: root, families: genlFamilies}
+	h := &Handle{root: root, families: genlFamilies, procPath: procIPVSPath}
 	for _, o := range opts {
 		o(h)
+	}
+	if h.nsPath != "" {
+		h.procPath = ""
 	}
 	return h
 }
@@ -171,6 +198,9 @@ func (h *Handle) readLocked(ctx context.Context) (Table, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing IPVS services: %w", err)
 	}
+	// Read after the dump: a virtual server listed there but not here was
+	// created in between (or is a firewall mark) and is asked for alone.
+	proc := h.readProcLocked(ctx)
 	t := make(Table, 0, len(svcs))
 	for _, s := range svcs {
 		if err := ctx.Err(); err != nil {
@@ -179,6 +209,10 @@ func (h *Handle) readLocked(ctx context.Context) (Table, error) {
 		v, err := fromMobyService(s)
 		if err != nil {
 			return nil, err
+		}
+		if rs, ok := proc[v.Key()]; ok && v.FWMark == 0 {
+			t = append(t, Entry{Virtual: v, Real: rs})
+			continue
 		}
 		var dests []*mobyipvs.Destination
 		if h.dests != nil {
@@ -200,6 +234,55 @@ func (h *Handle) readLocked(ctx context.Context) (Table, error) {
 		t = append(t, e)
 	}
 	return t, nil
+}
+
+// readProcLocked reads the real servers of the caller's network namespace
+// from procPath; nil (everything through netlink) when it is not to be or
+// cannot be read, which it logs.
+func (h *Handle) readProcLocked(ctx context.Context) procRealServers {
+	if h.procPath == "" {
+		return nil
+	}
+	data, err := h.readProcFileLocked()
+	if err == nil {
+		var rs procRealServers
+		if rs, err = parseProcIPVS(data); err == nil {
+			return rs
+		}
+	}
+	klog.FromContext(ctx).V(2).Info("Reading real servers through netlink", "file", h.procPath, "err", err)
+	return nil
+}
+
+// readProcFileLocked reads procPath whole. The file has no size (a seq_file
+// read returns at most a page), so the buffer is sized from the last read
+// plus a margin and is not kept between reads: a large table is not held in
+// memory between resyncs for the sake of one allocation a minute.
+func (h *Handle) readProcFileLocked() ([]byte, error) {
+	f, err := os.Open(h.procPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := make([]byte, 0, h.procSize+h.procSize/8+4096)
+	for {
+		if len(buf) == cap(buf) {
+			if len(buf) >= procIPVSLimit {
+				return nil, fmt.Errorf("%s: larger than %d bytes", h.procPath, procIPVSLimit)
+			}
+			buf = append(buf, make([]byte, max(64<<10, cap(buf)))...)[:len(buf)]
+		}
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) || (err == nil && n == 0) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", h.procPath, err)
+		}
+	}
+	h.procSize = len(buf)
+	return buf, nil
 }
 
 // genlFamilies dumps the generic-netlink families of the namespace at nsPath

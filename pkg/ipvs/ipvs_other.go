@@ -29,3 +29,6 @@ func (*Handle) Close() {}
 
 // Table returns ErrNotSupported.
 func (*Handle) Table(context.Context) (Table, error) { return nil, ErrNotSupported }
+
+// withoutProcFS is accepted for portability and ignored.
+func withoutProcFS() Option { return func(*Handle) {} }
