@@ -61,6 +61,8 @@ rules:
     resources: [{group: "", resources: ["nodes"]}]
   - level: Metadata
     verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  - level: Metadata
+    verbs: ["get", "list"]
   - level: None
 `
 
@@ -495,6 +497,7 @@ type sample struct {
 	window               time.Duration
 	nodeWrites, writes   []string // by the agents: conditions (nodes/status), all
 	macWrites            []string // by the agents: the MAC annotation (nodes)
+	reads                []string // by the agents: get and list (watches excluded)
 	macValues            []string // the distinct annotation values they wrote
 	watchEvents          map[string]float64
 	watchBytes           map[string]float64
@@ -550,9 +553,15 @@ func measure(ctx context.Context, cs kubernetes.Interface, auditLog string, wind
 	if err != nil {
 		return sample{}, err
 	}
-	out.writes = w1[len(w0):]
 	if out.macValues, err = macValues(auditLog, len(w0)); err != nil {
 		return sample{}, err
+	}
+	for _, w := range w1[len(w0):] {
+		if v := strings.Fields(w)[0]; v == "get" || v == "list" {
+			out.reads = append(out.reads, w)
+		} else {
+			out.writes = append(out.writes, w)
+		}
 	}
 	for _, w := range out.writes {
 		switch strings.Fields(w)[1] {
@@ -606,7 +615,8 @@ func label(line, name string) string {
 	return rest[:strings.IndexByte(rest, '"')]
 }
 
-// scaleAgentWrites lists "verb resource/subresource" for every write by an agent.
+// scaleAgentWrites lists "verb resource/subresource" for every request by an
+// agent the audit policy logs: writes, gets and lists (measure splits them).
 func scaleAgentWrites(auditLog string) ([]string, error) {
 	return auditWrites(auditLog, func(_, userAgent string) bool { return strings.HasPrefix(userAgent, "ipvs-guard") })
 }
@@ -726,6 +736,8 @@ func report(o scaleOptions, base, with sample) error {
 	b := (perHour(sum(with.watchBytes), with.window) - perHour(sum(base.watchBytes), base.window)) / float64(o.agents) / 1024
 	fmt.Printf("  %-22s %14.0f %14.0f\n", "total", e, b)
 	fmt.Printf("  agent writes in the window: %d (%s)\n", len(with.writes), summarize(with.writes))
+	fmt.Printf("  agent reads (get, list) in the window: %d => %.1f per agent per hour (%s)\n", len(with.reads),
+		perHour(float64(len(with.reads)), with.window)/float64(o.agents), summarize(with.reads))
 	fmt.Printf("  Node condition writes: %d => %.1f per agent per hour\n", len(with.nodeWrites), perHour(float64(len(with.nodeWrites)), with.window)/float64(o.agents))
 	fmt.Printf("  MAC annotation writes: %d (every agent runs on this one host: its interfaces with an IPv4 address, which other tests add and remove, are what they publish)\n", len(with.macWrites))
 	for _, v := range with.macValues {

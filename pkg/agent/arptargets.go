@@ -19,7 +19,7 @@ import (
 // Which IPs are this node's is remembered per set of peers, so a run hashes
 // only IPs it has not seen with the current peers.
 func (v *ClusterView) ARPTargets(k int) arpcheck.TargetSource {
-	return func(context.Context) ([]arpcheck.Target, error) {
+	return func(ctx context.Context) ([]arpcheck.Target, error) {
 		ings, err := v.LoadBalancerIngresses()
 		if err != nil {
 			return nil, err
@@ -46,7 +46,7 @@ func (v *ClusterView) ARPTargets(k int) arpcheck.TargetSource {
 				IP:           in.IP,
 				ExpectedNode: in.AnnouncingNode,
 				Service:      in.Service.String(),
-				Unannounced:  v.Unannounced(in),
+				Unannounced:  v.Unannounced(ctx, in),
 			})
 		}
 		return out, nil

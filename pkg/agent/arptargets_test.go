@@ -47,7 +47,7 @@ func TestSyncAndARPTargets(t *testing.T) {
 		node("b", true, `{"eth0":"02:00:00:00:00:0b"}`),
 		node("c", true, ""),
 		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}}},
-		// Not watched: kube-proxy programs neither (ProxiedEndpointSlices).
+		// Never read: kube-proxy programs neither (ipvscheck.ProxiedEndpointSlices).
 		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "headless-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "headless", corev1.IsHeadlessService: ""}}},
 		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "other-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "other", serviceProxyNameLabel: "cilium"}}},
 		// The agents' peers Service: a and b run ipvs-guard (c does not).
@@ -128,9 +128,13 @@ func TestSyncAndARPTargets(t *testing.T) {
 	if err != nil || len(svcs) != 3 {
 		t.Errorf("IPVSCluster().Services() = %d services, %v; want 3", len(svcs), err)
 	}
-	eps, err := v.IPVSCluster().EndpointSlices(ctx)
-	if err != nil || len(eps) != 1 || eps[0].Name != "web-abc" {
-		t.Errorf("IPVSCluster().EndpointSlices() = %v, %v; want web-abc", eps, err)
+	// EndpointSlices are read on demand, for the Services asked for only,
+	// and never those kube-proxy does not program.
+	for _, asked := range [][]string{{"default/web"}, {"default/web", "default/headless", "default/other"}} {
+		eps, err := v.IPVSCluster().EndpointSlices(ctx, asked)
+		if err != nil || len(eps) != 1 || eps[0].Name != "web-abc" {
+			t.Errorf("IPVSCluster().EndpointSlices(%v) = %v, %v; want web-abc", asked, eps, err)
+		}
 	}
 
 	dir := v.MACDirectory()

@@ -247,9 +247,14 @@ func (m *kubeProxyModel) Table(ctx context.Context) (ipvs.Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	eps, err := c.EndpointSlices(ctx)
+	// kube-proxy reads every EndpointSlice it programs (the agent does not).
+	l, err := m.view.client.EndpointSlices(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: ipvscheck.ProxiedEndpointSlices})
 	if err != nil {
 		return nil, err
+	}
+	eps := make([]*discoveryv1.EndpointSlice, len(l.Items))
+	for i := range l.Items {
+		eps[i] = &l.Items[i]
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

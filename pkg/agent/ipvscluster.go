@@ -4,19 +4,18 @@ package agent
 
 import (
 	"context"
-	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
 )
 
-// IPVSCluster serves the ipvs check's Services and EndpointSlices from the
-// view's caches, so a resync sends no LIST to the API server and keeps
-// working from the last known state while it is down.
+// IPVSCluster serves the ipvs check's Services from the view's cache, so a
+// resync sends no LIST to the API server and keeps working from the last
+// known state while it is down, and the EndpointSlices of the few Services
+// the check asks for on demand.
 func (v *ClusterView) IPVSCluster() ipvscheck.Cluster { return viewCluster{v} }
 
 type viewCluster struct{ v *ClusterView }
@@ -29,15 +28,10 @@ func (c viewCluster) Services(context.Context) ([]*corev1.Service, error) {
 	return c.v.Services()
 }
 
-func (c viewCluster) EndpointSlices(context.Context) ([]*discoveryv1.EndpointSlice, error) {
-	if !c.v.slicesSynced() {
-		return nil, ErrNotSynced
-	}
-	eps, err := c.v.slices.List(labels.Everything())
-	if err != nil {
-		return nil, fmt.Errorf("listing EndpointSlices from cache: %w", err)
-	}
-	return eps, nil
+// EndpointSlices reads the EndpointSlices of the given Services on demand
+// (endpoints.go): the view watches none.
+func (c viewCluster) EndpointSlices(ctx context.Context, services []string) ([]*discoveryv1.EndpointSlice, error) {
+	return c.v.endpoints.get(ctx, services)
 }
 
 // stripManagedFields drops managed fields, never read, from cached objects.

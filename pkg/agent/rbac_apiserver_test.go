@@ -157,7 +157,7 @@ func TestRBACAndAdmissionPolicy(t *testing.T) {
 		{"get", "", "nodes", "", ""}, {"list", "", "nodes", "", ""}, {"watch", "", "nodes", "", ""}, {"patch", "", "nodes", "", ""},
 		{"patch", "", "nodes", "status", ""},
 		{"list", "", "services", "", ""}, {"watch", "", "services", "", ""},
-		{"list", "discovery.k8s.io", "endpointslices", "", ""}, {"watch", "discovery.k8s.io", "endpointslices", "", ""},
+		{"list", "discovery.k8s.io", "endpointslices", "", ""}, {"watch", "discovery.k8s.io", "endpointslices", "", "ipvs-guard"},
 		{"list", "metallb.io", "servicel2statuses", "", ""}, {"watch", "metallb.io", "servicel2statuses", "", ""},
 		{"create", "events.k8s.io", "events", "", "default"}, {"patch", "events.k8s.io", "events", "", "default"},
 	} {
@@ -172,7 +172,7 @@ func TestRBACAndAdmissionPolicy(t *testing.T) {
 			{"", "", "nodes", "", ""}, {"", "", "nodes", "status", ""}, {"", "", "services", "", "default"}, {"", "", "services", "status", "default"},
 			{"", "", "pods", "", "default"}, {"", "", "secrets", "", "kube-system"}, {"", "", "configmaps", "", "kube-system"},
 			{"", "", "events", "", "default"}, {"", "events.k8s.io", "events", "", "kube-system"}, {"", "events.k8s.io", "events", "", "default"},
-			{"", "metallb.io", "servicel2statuses", "", "metallb-system"}, {"", "discovery.k8s.io", "endpointslices", "", "default"},
+			{"", "metallb.io", "servicel2statuses", "", "metallb-system"}, {"", "discovery.k8s.io", "endpointslices", "", ""}, {"", "discovery.k8s.io", "endpointslices", "", "default"}, {"", "discovery.k8s.io", "endpointslices", "", "ipvs-guard"},
 			{"", "apps", "daemonsets", "", "ipvs-guard"}, {"", "rbac.authorization.k8s.io", "clusterroles", "", ""},
 			{"", "admissionregistration.k8s.io", "validatingadmissionpolicies", "", ""}, {"", "", "serviceaccounts", "token", "ipvs-guard"},
 		} {

@@ -3,13 +3,13 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
 )
 
 // Unannounced explains, for an ingress IP MetalLB's ServiceL2Status names
@@ -23,7 +23,7 @@ import (
 // endpoint and a running speaker may, otherwise only a node an
 // L2Advertisement of the IP's pool selects (nodeSelectors) and whose
 // speaker has the interfaces the advertisement names.
-func (v *ClusterView) Unannounced(in LoadBalancerIngress) string {
+func (v *ClusterView) Unannounced(ctx context.Context, in LoadBalancerIngress) string {
 	if in.AnnouncingNode != "" || !v.HasServiceL2Status() {
 		return ""
 	}
@@ -32,7 +32,7 @@ func (v *ClusterView) Unannounced(in LoadBalancerIngress) string {
 	if err != nil || svc.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal {
 		return none + ": no speaker can announce it on a node its L2Advertisement selects (check the advertisement's nodeSelectors and interfaces, and that the speakers run: kubectl -n metallb-system get servicel2statuses,l2advertisements; speaker logs)"
 	}
-	nodes := v.readyEndpointNodes(in.Service.Namespace, in.Service.Name)
+	nodes := v.readyEndpointNodes(ctx, in.Service.Namespace, in.Service.Name)
 	where := "no node has a ready endpoint"
 	if len(nodes) > 0 {
 		where = "its ready endpoints are on " + strings.Join(nodes, ", ") + ", where no speaker announces it"
@@ -40,12 +40,12 @@ func (v *ClusterView) Unannounced(in LoadBalancerIngress) string {
 	return fmt.Sprintf("%s: externalTrafficPolicy is Local, so only a node with a ready endpoint and a running speaker may announce it, and %s", none, where)
 }
 
-// readyEndpointNodes returns the sorted nodes of a Service's ready endpoints.
-func (v *ClusterView) readyEndpointNodes(ns, name string) []string {
-	sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: name})
-	eps, err := v.slices.EndpointSlices(ns).List(sel)
+// readyEndpointNodes returns the sorted nodes of a Service's ready
+// endpoints, read on demand (at most once per EndpointsTTL per Service).
+func (v *ClusterView) readyEndpointNodes(ctx context.Context, ns, name string) []string {
+	eps, err := v.unannouncedEndpoints.get(ctx, []string{ns + "/" + name})
 	if err != nil {
-		return nil
+		klog.FromContext(ctx).V(2).Info("Cannot read the EndpointSlices of an unannounced LoadBalancer Service", "service", ns+"/"+name, "err", err)
 	}
 	var out []string
 	for _, es := range eps {

@@ -70,7 +70,7 @@ func TestUnannounced(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.in.IP = netip.MustParseAddr("192.0.2.20")
-			if got := v.Unannounced(tt.in); got != tt.want {
+			if got := v.Unannounced(context.Background(), tt.in); got != tt.want {
 				t.Errorf("Unannounced() = %q\nwant            %q", got, tt.want)
 			}
 		})
@@ -85,7 +85,7 @@ func TestUnannounced(t *testing.T) {
 	if err := plain.Sync(pctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := plain.Unannounced(LoadBalancerIngress{Service: types.NamespacedName{Namespace: "default", Name: "web"}}); got != "" {
+	if got := plain.Unannounced(context.Background(), LoadBalancerIngress{Service: types.NamespacedName{Namespace: "default", Name: "web"}}); got != "" {
 		t.Errorf("without the CRD: %q, want empty", got)
 	}
 }

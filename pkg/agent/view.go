@@ -11,7 +11,6 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -21,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 
@@ -68,10 +66,11 @@ type ClusterView struct {
 	nodesSynced    cache.InformerSynced
 	// peers are the nodes ARP probes are sharded over (peers.go); macs
 	// names ARP responders from Node annotations read on demand (nodemacs.go).
-	peers        *peerSet
-	macs         *macDirectory
-	slices       discoverylisters.EndpointSliceLister
-	slicesSynced cache.InformerSynced
+	peers *peerSet
+	macs  *macDirectory
+	// endpoints reads EndpointSlices on demand (endpoints.go): for the
+	// ipvs check, and for the unannounced-IP message.
+	endpoints, unannouncedEndpoints *endpointsOnDemand
 
 	// l2StartMu serialises startL2 (the ServiceL2Status informer starts once).
 	l2StartMu sync.Mutex
@@ -83,11 +82,6 @@ type ClusterView struct {
 
 // nodesResource is the Nodes resource, read metadata-only (nodemacs.go).
 var nodesResource = corev1.SchemeGroupVersion.WithResource("nodes")
-
-// ProxiedEndpointSlices selects the EndpointSlices kube-proxy programs, as
-// kube-proxy's own informers do: not those of headless Services (no virtual
-// server) nor of Services another proxy serves.
-const ProxiedEndpointSlices = "!" + corev1.IsHeadlessService + ",!" + serviceProxyNameLabel
 
 // NotHeadlessServices selects the Services that have a cluster IP, as
 // kube-proxy's Service informer does: a headless Service (a StatefulSet's, the
@@ -105,8 +99,6 @@ const serviceProxyNameLabel = "service.kubernetes.io/service-proxy-name"
 //     selector): the ipvs check compares every VIP kube-proxy must program;
 //     LoadBalancer ingress IPs are the ARP targets. A headless Service has
 //     neither.
-//   - EndpointSlices of proxied Services (ProxiedEndpointSlices, the
-//     selector kube-proxy uses): real servers against ready endpoints.
 //   - this Node only (field selector metadata.name): the conditions the
 //     status manager compares before it writes.
 //   - the EndpointSlices of the agents' own headless Service, when
@@ -116,16 +108,14 @@ const serviceProxyNameLabel = "service.kubernetes.io/service-proxy-name"
 //
 // No other Node is watched: the MACs other agents publish in MACsAnnotation
 // are read through meta (metadata only) when a probe needs them
-// (nodemacs.go). Caches keep only what is read (no managed fields, no other
-// annotations) and no index but the EndpointSlices' namespace index (the eTP=Local
-// lookup of a Service's endpoints).
+// (nodemacs.go). No EndpointSlice is watched either: the few Services whose
+// endpoints a verdict depends on are read when needed (endpoints.go).
+// Caches keep only what is read (no managed fields, no other annotations)
+// and no index.
 func NewClusterView(nodeName string, client kube.Interface, dyn dynamic.Interface, meta metadata.Interface) *ClusterView {
 	svc := kube.NewInformer(client.Services(metav1.NamespaceAll), &corev1.Service{},
 		kube.InformerOptions{Transform: stripService, Client: client,
 			Tweak: func(o *metav1.ListOptions) { o.FieldSelector = NotHeadlessServices }})
-	eps := kube.NewInformer(client.EndpointSlices(metav1.NamespaceAll), &discoveryv1.EndpointSlice{},
-		kube.InformerOptions{Transform: stripEndpointSlice, Client: client, Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
-			Tweak: func(o *metav1.ListOptions) { o.LabelSelector = ProxiedEndpointSlices }})
 	own := kube.NewInformer(client.Nodes(), &corev1.Node{},
 		kube.InformerOptions{Transform: stripNode, Client: client,
 			Tweak: func(o *metav1.ListOptions) {
@@ -136,14 +126,14 @@ func NewClusterView(nodeName string, client kube.Interface, dyn dynamic.Interfac
 		svcInformer: svc, nodeInformer: own,
 		services: corelisters.NewServiceLister(svc.GetIndexer()), servicesSynced: svc.HasSynced,
 		ownNode: corelisters.NewNodeLister(own.GetIndexer()), nodesSynced: own.HasSynced,
-		slices: discoverylisters.NewEndpointSliceLister(eps.GetIndexer()), slicesSynced: eps.HasSynced,
+		endpoints: newEndpointsOnDemand(client, true), unannouncedEndpoints: newEndpointsOnDemand(client, false),
 		peers: newPeerSet(nodeName, client, types.NamespacedName{}),
 		macs:  newMACDirectory(nil),
 	}
 	if meta != nil {
 		v.macs = newMACDirectory(meta.Resource(nodesResource))
 	}
-	v.informers.add(svc, eps, own)
+	v.informers.add(svc, own)
 	return v
 }
 
@@ -188,7 +178,7 @@ func (v *ClusterView) setL2(l cache.GenericLister, synced cache.InformerSynced) 
 
 // HasSynced reports whether every informer behind the view completed its first list.
 func (v *ClusterView) HasSynced() bool {
-	if v == nil || !v.servicesSynced() || !v.nodesSynced() || !v.peers.hasSynced() || !v.slicesSynced() {
+	if v == nil || !v.servicesSynced() || !v.nodesSynced() || !v.peers.hasSynced() {
 		return false
 	}
 	v.mu.RLock()

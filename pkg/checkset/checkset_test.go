@@ -79,7 +79,7 @@ func TestBuild(t *testing.T) {
 			cluster: func(cs *fake.Clientset) *Cluster {
 				return &Cluster{Client: kubetest.FromClientset(cs), Dynamic: fakeDynamic(), Metadata: fakeMetadata()}
 			},
-			wantLists: []string{"endpointslices", "nodes", "services"},
+			wantLists: []string{"nodes", "services"},
 			wantARP:   "NoTargets",
 		},
 		{
@@ -95,7 +95,7 @@ func TestBuild(t *testing.T) {
 				return &Cluster{Client: kubetest.FromClientset(cs), Dynamic: fakeDynamic(), Metadata: fakeMetadata(), ListTimeout: 200 * time.Millisecond}
 			},
 			prepare:   failServices,
-			wantLists: []string{"endpointslices", "nodes", "services"},
+			wantLists: []string{"nodes", "services"},
 			wantARP:   "reading LoadBalancer IPs from the cluster",
 		},
 		{

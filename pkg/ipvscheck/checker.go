@@ -6,12 +6,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
@@ -59,7 +60,12 @@ type Config struct {
 }
 
 // Checker is the ipvs check.
-type Checker struct{ cfg Config }
+type Checker struct {
+	cfg Config
+	// emptySince holds back the EndpointSlice read for a virtual server
+	// without real servers for the settle grace (nil: at once).
+	emptySince *check.Settler
+}
 
 var _ check.Checker = (*Checker)(nil)
 
@@ -68,7 +74,11 @@ func NewChecker(cfg Config) (*Checker, error) {
 	if cfg.IPVS == nil || cfg.ReadLink == nil {
 		return nil, errors.New("ipvs checker: IPVS and ReadLink are required")
 	}
-	return &Checker{cfg: cfg}, nil
+	c := &Checker{cfg: cfg}
+	if cfg.Settle != nil {
+		c.emptySince = &check.Settler{Grace: cfg.Settle.Grace, Clock: cfg.Settle.Clock}
+	}
+	return c, nil
 }
 
 // Name implements check.Checker.
@@ -107,14 +117,10 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 
 	var findings []Finding
 	var svcs []*corev1.Service
-	var eps []*discoveryv1.EndpointSlice
 	clusterErr := errNoCluster
 	if c.cfg.Cluster != nil {
 		// The API being down never stops the node-local part of the check.
-		if svcs, clusterErr = c.cfg.Cluster.Services(ctx); clusterErr == nil {
-			eps, clusterErr = c.cfg.Cluster.EndpointSlices(ctx)
-		}
-		if clusterErr != nil {
+		if svcs, clusterErr = c.cfg.Cluster.Services(ctx); clusterErr != nil {
 			logger.Info("Cannot read Services, comparing schedulers only", "err", clusterErr)
 		}
 	}
@@ -138,8 +144,9 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 			return res, nil
 		}
 	} else {
-		expected := ExpectedVirtualServers(svcs, eps, c.cfg.NodeName)
+		expected := ExpectedVirtualServers(svcs, nil, c.cfg.NodeName)
 		expected = onlyFamilies(expected, table)
+		c.countReadyEndpoints(ctx, logger, expected, svcs, table)
 		findings = c.settled(logger, Compare(expected, table, sched))
 		noReal := 0
 		for _, f := range findings {
@@ -186,6 +193,63 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	res.Message = strings.Join(parts, "; ") + " (" + schedNote + ")"
 	res.Remediation = c.remediation(counts, sched)
 	return res, nil
+}
+
+// countReadyEndpoints sets ReadyEndpoints on the expected virtual servers
+// that exist without real servers, for long enough (the settle grace: a new
+// Service has none until its pods are ready and kube-proxy synced), from
+// the EndpointSlices of their Services only. Those are the only Services
+// whose endpoints change a verdict: a virtual server with real servers is
+// fine whatever its endpoints say. When they cannot be read, the counts
+// stay 0 and no virtual server is reported for lacking real servers.
+func (c *Checker) countReadyEndpoints(ctx context.Context, logger klog.Logger, expected []Expected, svcs []*corev1.Service, table ipvs.Table) {
+	empty := map[ipvs.Key]bool{}
+	for _, e := range table {
+		if len(e.Real) == 0 {
+			empty[e.Virtual.Key()] = true
+		}
+	}
+	var keys []string
+	var at []int
+	for i, e := range expected {
+		if empty[e.Key] {
+			keys, at = append(keys, e.Key.String()), append(at, i)
+		}
+	}
+	if len(keys) == 0 {
+		c.emptySince.Settled(nil)
+		return
+	}
+	need := map[string]bool{}
+	for j, ok := range c.emptySince.Settled(keys) {
+		if ok {
+			need[expected[at[j]].Service] = true
+		}
+	}
+	if len(need) == 0 {
+		return
+	}
+	names := slices.Sorted(maps.Keys(need))
+	eps, err := c.cfg.Cluster.EndpointSlices(ctx, names)
+	if err != nil {
+		logger.Info("Cannot read the EndpointSlices of Services whose virtual servers have no real servers; not judging those", "services", len(names), "err", err)
+		return
+	}
+	var some []*corev1.Service
+	for _, s := range svcs {
+		if need[s.Namespace+"/"+s.Name] {
+			some = append(some, s)
+		}
+	}
+	ready := map[string]int{} // Service and key
+	for _, e := range ExpectedVirtualServers(some, eps, c.cfg.NodeName) {
+		ready[e.Service+" "+e.Key.String()] = e.ReadyEndpoints
+	}
+	for _, i := range at {
+		if n, ok := ready[expected[i].Service+" "+expected[i].Key.String()]; ok {
+			expected[i].ReadyEndpoints = n
+		}
+	}
 }
 
 // settled drops the findings that have not persisted for the settle grace.

@@ -6,10 +6,14 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 )
@@ -19,8 +23,62 @@ type Cluster interface {
 	// Services lists every Service. Callers must not modify them (the
 	// agent serves its informer cache's objects, not copies).
 	Services(ctx context.Context) ([]*corev1.Service, error)
-	// EndpointSlices lists every EndpointSlice, read-only as Services.
-	EndpointSlices(ctx context.Context) ([]*discoveryv1.EndpointSlice, error)
+	// EndpointSlices returns the EndpointSlices kube-proxy programs
+	// (ProxiedEndpointSlices) of the given Services ("namespace/name"),
+	// read-only as Services; it may return others too. The check asks only
+	// for the Services whose virtual servers have no real servers: no
+	// caller needs every EndpointSlice in the cluster.
+	EndpointSlices(ctx context.Context, services []string) ([]*discoveryv1.EndpointSlice, error)
+}
+
+// ProxiedEndpointSlices selects the EndpointSlices kube-proxy programs, as
+// kube-proxy's own informers do: not those of headless Services (no virtual
+// server) nor of Services another proxy serves.
+const ProxiedEndpointSlices = "!" + corev1.IsHeadlessService + ",!" + serviceProxyNameLabel
+
+// servicesPerList bounds how many Service names one LIST's label selector
+// carries (its URL stays a few KiB).
+const servicesPerList = 50
+
+// ListEndpointSlices lists the proxied EndpointSlices of the given Services
+// ("namespace/name"): one LIST across namespaces per servicesPerList names
+// (label selector kubernetes.io/service-name in (…)), keeping only the
+// slices of the Services asked for.
+func ListEndpointSlices(ctx context.Context, cs kube.Interface, services []string) ([]*discoveryv1.EndpointSlice, error) {
+	base, err := labels.Parse(ProxiedEndpointSlices)
+	if err != nil {
+		return nil, err
+	}
+	want := make(map[string]bool, len(services))
+	var names []string
+	for _, s := range services {
+		if want[s] {
+			continue
+		}
+		want[s] = true
+		if _, name, ok := strings.Cut(s, "/"); ok && !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	var out []*discoveryv1.EndpointSlice
+	for chunk := range slices.Chunk(names, servicesPerList) {
+		req, err := labels.NewRequirement(discoveryv1.LabelServiceName, selection.In, chunk)
+		if err != nil {
+			return nil, fmt.Errorf("selecting the EndpointSlices of %v: %w", chunk, err)
+		}
+		l, err := cs.EndpointSlices(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: base.Add(*req).String()})
+		if err != nil {
+			return nil, fmt.Errorf("listing EndpointSlices: %w", err)
+		}
+		for i := range l.Items {
+			es := &l.Items[i]
+			if want[es.Namespace+"/"+es.Labels[discoveryv1.LabelServiceName]] {
+				out = append(out, es)
+			}
+		}
+	}
+	return out, nil
 }
 
 // NewCluster returns a Cluster that lists through cs.
@@ -36,12 +94,8 @@ func (c clientCluster) Services(ctx context.Context) ([]*corev1.Service, error) 
 	return pointers(l.Items), nil
 }
 
-func (c clientCluster) EndpointSlices(ctx context.Context) ([]*discoveryv1.EndpointSlice, error) {
-	l, err := c.cs.EndpointSlices(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("listing EndpointSlices: %w", err)
-	}
-	return pointers(l.Items), nil
+func (c clientCluster) EndpointSlices(ctx context.Context, services []string) ([]*discoveryv1.EndpointSlice, error) {
+	return ListEndpointSlices(ctx, c.cs, services)
 }
 
 // pointers returns a pointer to each element of items.

@@ -10,12 +10,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
@@ -206,13 +208,18 @@ type fakeCluster struct {
 	svcs []corev1.Service
 	eps  []discoveryv1.EndpointSlice
 	err  error
+	// asked records the Services each EndpointSlices call named.
+	asked *[][]string
 }
 
 func (f fakeCluster) Services(context.Context) ([]*corev1.Service, error) {
 	return pointers(f.svcs), f.err
 }
 
-func (f fakeCluster) EndpointSlices(context.Context) ([]*discoveryv1.EndpointSlice, error) {
+func (f fakeCluster) EndpointSlices(_ context.Context, services []string) ([]*discoveryv1.EndpointSlice, error) {
+	if f.asked != nil {
+		*f.asked = append(*f.asked, services)
+	}
 	return pointers(f.eps), nil
 }
 
@@ -366,4 +373,51 @@ func TestCompareDualStack(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEndpointSlicesReadOnlyForEmptyVirtualServers: the check asks for
+// EndpointSlices only for the Services of virtual servers without real
+// servers, and only once those have had none for the settle grace (a new
+// Service has none until its pods are ready); a table where every virtual
+// server has real servers needs no EndpointSlice at all.
+func TestEndpointSlicesReadOnlyForEmptyVirtualServers(t *testing.T) {
+	svcs, eps := fixtureCluster()
+	clk := testingclock.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	tbl := fixtureTable()
+	tbl[2].Real = []ipvs.RealServer{rs("10.0.2.15")} // kubernetes: every virtual server has real servers
+	fake := ipvstest.NewFake(tbl)
+	var asked [][]string
+	c, err := NewChecker(Config{IPVS: fake, ReadLink: fixtureLink, Cluster: fakeCluster{svcs: svcs, eps: eps, asked: &asked}, NodeName: node,
+		Scheduler: func(context.Context) (string, string) { return "lc", kubeproxy.FromConfigz },
+		Settle:    &check.Settler{Grace: 30 * time.Second, Clock: clk}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(wantReason string) {
+		t.Helper()
+		res, err := c.Run(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Reason != wantReason {
+			t.Fatalf("reason %s (%s), want %s", res.Reason, res.Message, wantReason)
+		}
+	}
+	run(ReasonOK)
+	if len(asked) != 0 {
+		t.Fatalf("read EndpointSlices for a table where every virtual server has real servers: %v", asked)
+	}
+	tbl[3].Real = nil // 10.96.0.50:80 (default/web) has a ready endpoint but no real server
+	fake.SetTable(tbl)
+	run(ReasonOK)
+	if len(asked) != 0 {
+		t.Fatalf("read EndpointSlices before the settle grace: %v", asked)
+	}
+	clk.SetTime(clk.Now().Add(30 * time.Second))
+	run(ReasonOK) // the finding itself now settles
+	if want := [][]string{{"default/web"}}; !cmp.Equal(asked, want) {
+		t.Fatalf("asked for %v, want %v", asked, want)
+	}
+	clk.SetTime(clk.Now().Add(30 * time.Second))
+	run(ReasonNoRealServers)
 }

@@ -54,8 +54,9 @@ type Cluster struct {
 // Services returns the Services.
 func (c Cluster) Services(context.Context) ([]*corev1.Service, error) { return c.Svcs, nil }
 
-// EndpointSlices returns the EndpointSlices.
-func (c Cluster) EndpointSlices(context.Context) ([]*discoveryv1.EndpointSlice, error) {
+// EndpointSlices returns every EndpointSlice (the interface allows more than
+// those asked for).
+func (c Cluster) EndpointSlices(context.Context, []string) ([]*discoveryv1.EndpointSlice, error) {
 	return c.EPs, nil
 }
 
