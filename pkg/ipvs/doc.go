@@ -4,9 +4,11 @@
 // servers) through a small read-only [Interface], with the project's own
 // [VirtualServer] and [RealServer] types converted from github.com/moby/ipvs
 // in pure functions. Virtual servers are dumped through moby/ipvs; real
-// servers, one dump per virtual server, through a lean blocking socket of
-// this package decoded into moby/ipvs's Destination (moby's per-request
-// overhead made a 10,000-service table slower to read than ipvsadm).
+// servers come from one read of /proc/net/ip_vs (the whole table: netlink
+// has no dump of every destination), and, for a virtual server that file
+// does not list or when it cannot be read, from one netlink dump per virtual
+// server through a lean blocking socket of this package decoded into
+// moby/ipvs's Destination.
 //
 // It owns the moby/ipvs v1.1.0 traps: it never lets that library exec
 // `modprobe` (nothing here may load a module), it checks that ip_vs is loaded
