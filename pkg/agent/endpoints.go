@@ -32,7 +32,8 @@ import (
 // receives those already; the agent need not). The cost of the TTL: a
 // Service whose endpoints become ready while kube-proxy fails to program
 // them is reported up to one TTL later than with a watch (a Service that
-// loses its real servers is read at once).
+// newly loses its real servers is read on the check's next ask: the ipvs
+// check's reader forgets the Services it no longer asks for).
 const EndpointsTTL = 5 * time.Minute
 
 // endpointsOnDemand reads the EndpointSlices of named Services when a check
