@@ -171,7 +171,7 @@ func TestRender(t *testing.T) {
 	}{
 		{
 			name:       "defaults: remediation on",
-			wantKinds:  []string{"ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "Service", "ServiceAccount", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantKinds:  []string{"ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "Role", "Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Service", "Service", "ServiceAccount", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:   []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
 			wantMounts: bootMounts(false),
 			wantArgs:   []string{"run", "--remediate", "--metrics-bind-address=:9473", "--health-probe-bind-address=:9474", "--resync-period=1m", "--kube-proxy-metrics-address=127.0.0.1:10249", "--peers-service=ipvs-guard/ipvs-guard-peers"},
@@ -179,7 +179,7 @@ func TestRender(t *testing.T) {
 		{
 			name:        "report-only: no SYS_MODULE, no writable host mount",
 			set:         []string{"remediation.enabled=false"},
-			wantKinds:   []string{"ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "Service", "ServiceAccount", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantKinds:   []string{"ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "Role", "Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Service", "Service", "ServiceAccount", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:    []corev1.Capability{"NET_ADMIN", "NET_RAW"},
 			wantMounts:  bootMounts(true),
 			wantArgs:    []string{"run", "--metrics-bind-address=:9473"},
@@ -188,7 +188,7 @@ func TestRender(t *testing.T) {
 		{
 			name:       "metrics off, no uninstall cleanup: only the peers Service, metrics server disabled, no hook",
 			set:        []string{"metrics.enabled=false", "dashboard.enabled=false", "cleanupOnUninstall.enabled=false"},
-			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "Role", "Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:   []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
 			wantMounts: bootMounts(false),
 			wantArgs:   []string{"--metrics-bind-address=0", "--health-probe-bind-address=:9474"},
