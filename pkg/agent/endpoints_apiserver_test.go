@@ -103,4 +103,16 @@ func TestEndpointsOnDemandAgainstAPIServer(t *testing.T) {
 	if n := len(e.memo); n != 1 {
 		t.Errorf("memo keeps %d Services after asking for 1", n)
 	}
+	// Asking for none (the check's run while every virtual server has real
+	// servers) forgets them all and sends nothing.
+	before := len(log.requests("/"))
+	if got, err := e.get(ctx, nil); err != nil || len(got) != 0 {
+		t.Fatalf("get(none) = %v, %v", got, err)
+	}
+	if n := len(e.memo); n != 0 {
+		t.Errorf("memo keeps %d Services after asking for none", n)
+	}
+	if after := len(log.requests("/")); after != before {
+		t.Errorf("asking for none sent %d requests", after-before)
+	}
 }

@@ -216,21 +216,20 @@ func (c *Checker) countReadyEndpoints(ctx context.Context, logger klog.Logger, e
 			keys, at = append(keys, e.Key.String()), append(at, i)
 		}
 	}
-	if len(keys) == 0 {
-		c.emptySince.Settled(nil)
-		return
-	}
 	need := map[string]bool{}
 	for j, ok := range c.emptySince.Settled(keys) {
 		if ok {
 			need[expected[at[j]].Service] = true
 		}
 	}
-	if len(need) == 0 {
-		return
-	}
+	// Asked even with no name: a reader that keeps answers forgets the
+	// Services no longer asked for, so one that gets real servers and loses
+	// them again is read afresh. No name costs no request.
 	names := slices.Sorted(maps.Keys(need))
 	eps, err := c.cfg.Cluster.EndpointSlices(ctx, names)
+	if len(names) == 0 {
+		return
+	}
 	if err != nil {
 		logger.Info("Cannot read the EndpointSlices of Services whose virtual servers have no real servers; not judging those", "services", len(names), "err", err)
 		return

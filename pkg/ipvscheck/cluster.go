@@ -27,7 +27,8 @@ type Cluster interface {
 	// (ProxiedEndpointSlices) of the given Services ("namespace/name"),
 	// read-only as Services; it may return others too. The check asks only
 	// for the Services whose virtual servers have no real servers: no
-	// caller needs every EndpointSlice in the cluster.
+	// caller needs every EndpointSlice in the cluster. The check calls it on
+	// every run, with no name when it needs none: that must cost nothing.
 	EndpointSlices(ctx context.Context, services []string) ([]*discoveryv1.EndpointSlice, error)
 }
 

@@ -208,7 +208,8 @@ type fakeCluster struct {
 	svcs []corev1.Service
 	eps  []discoveryv1.EndpointSlice
 	err  error
-	// asked records the Services each EndpointSlices call named.
+	// asked records the Services each EndpointSlices call named (calls
+	// naming none are not recorded).
 	asked *[][]string
 }
 
@@ -217,7 +218,7 @@ func (f fakeCluster) Services(context.Context) ([]*corev1.Service, error) {
 }
 
 func (f fakeCluster) EndpointSlices(_ context.Context, services []string) ([]*discoveryv1.EndpointSlice, error) {
-	if f.asked != nil {
+	if f.asked != nil && len(services) > 0 {
 		*f.asked = append(*f.asked, services)
 	}
 	return pointers(f.eps), nil
