@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/netip"
 	"os"
 	"strings"
 	"syscall"
@@ -144,6 +145,10 @@ func TestGuestTableMatchesIPVSAdm(t *testing.T) {
 	}
 	if len(fromFile) != 10 || n != 11 {
 		t.Errorf("/proc/net/ip_vs: %d virtual servers, %d real servers; want 10, 11 (all but the firewall mark's)", len(fromFile), n)
+	}
+	// The Handle reads the file itself (through hostfs), not netlink.
+	if got := ipvs.New(hostfs.New("/")).RealServersFromProcFS(context.Background()); !cmp.Equal(got, fromFile, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })) {
+		t.Errorf("the Handle's read of /proc/net/ip_vs = %v, want %v", got, fromFile)
 	}
 	netlinkOnly, err := ipvs.New(hostfs.New("/"), ipvs.WithoutProcFS()).Table(context.Background())
 	if err != nil {

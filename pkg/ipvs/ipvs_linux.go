@@ -8,8 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"sync"
 	"syscall"
 	_ "unsafe" // for go:linkname
@@ -76,7 +74,7 @@ const procIPVSPath = "/proc/self/net/ip_vs"
 // procIPVSLimit bounds the file read: about 2 MiB is 10,000 virtual servers
 // with 2 real servers each; beyond the limit the table is read through
 // netlink.
-const procIPVSLimit = 256 << 20
+var procIPVSLimit = hostfs.Limit{Kind: "the IPVS table", Max: 256 << 20}
 
 // Handle reads the IPVS table through moby/ipvs. It is safe for concurrent
 // use; reads are serialised.
@@ -97,12 +95,11 @@ type Handle struct {
 	// families lists the generic-netlink families (seam for tests).
 	families func(nsPath string) (map[string]int, error)
 
-	// mu guards h, dests, family and procSize.
-	mu       sync.Mutex
-	h        *mobyipvs.Handle
-	dests    *destReader // nil in another network namespace: moby's GetDestinations then
-	family   int
-	procSize int // bytes the last read of procPath returned: the next one allocates once
+	// mu guards h, dests and family.
+	mu     sync.Mutex
+	h      *mobyipvs.Handle
+	dests  *destReader // nil in another network namespace: moby's GetDestinations then
+	family int
 }
 
 var _ Interface = (*Handle)(nil)
@@ -210,7 +207,7 @@ func (h *Handle) readLocked(ctx context.Context) (Table, error) {
 		if err != nil {
 			return nil, err
 		}
-		if rs, ok := proc[v.Key()]; ok && v.FWMark == 0 {
+		if rs, ok := proc[v.Key()]; ok {
 			t = append(t, Entry{Virtual: v, Real: rs})
 			continue
 		}
@@ -243,7 +240,7 @@ func (h *Handle) readProcLocked(ctx context.Context) procRealServers {
 	if h.procPath == "" {
 		return nil
 	}
-	data, err := h.readProcFileLocked()
+	data, err := hostfs.New("/").ReadFile(h.procPath, procIPVSLimit)
 	if err == nil {
 		var rs procRealServers
 		if rs, err = parseProcIPVS(data); err == nil {
@@ -252,37 +249,6 @@ func (h *Handle) readProcLocked(ctx context.Context) procRealServers {
 	}
 	klog.FromContext(ctx).V(2).Info("Reading real servers through netlink", "file", h.procPath, "err", err)
 	return nil
-}
-
-// readProcFileLocked reads procPath whole. The file has no size (a seq_file
-// read returns at most a page), so the buffer is sized from the last read
-// plus a margin and is not kept between reads: a large table is not held in
-// memory between resyncs for the sake of one allocation a minute.
-func (h *Handle) readProcFileLocked() ([]byte, error) {
-	f, err := os.Open(h.procPath)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	buf := make([]byte, 0, h.procSize+h.procSize/8+4096)
-	for {
-		if len(buf) == cap(buf) {
-			if len(buf) >= procIPVSLimit {
-				return nil, fmt.Errorf("%s: larger than %d bytes", h.procPath, procIPVSLimit)
-			}
-			buf = append(buf, make([]byte, max(64<<10, cap(buf)))...)[:len(buf)]
-		}
-		n, err := f.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if errors.Is(err, io.EOF) || (err == nil && n == 0) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", h.procPath, err)
-		}
-	}
-	h.procSize = len(buf)
-	return buf, nil
 }
 
 // genlFamilies dumps the generic-netlink families of the namespace at nsPath
