@@ -23,6 +23,7 @@ import (
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck/shard"
 
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube/kubetest"
 )
 
@@ -49,7 +50,7 @@ func TestSyncAndARPTargets(t *testing.T) {
 		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}}},
 		// Never read: kube-proxy programs neither (ipvscheck.ProxiedEndpointSlices).
 		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "headless-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "headless", corev1.IsHeadlessService: ""}}},
-		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "other-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "other", serviceProxyNameLabel: "cilium"}}},
+		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "other-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "other", ipvscheck.ServiceProxyNameLabel: "cilium"}}},
 		// The agents' peers Service: a and b run ipvs-guard (c does not).
 		peersSlice("ipvs-guard", "peers", "a", "b"),
 	)

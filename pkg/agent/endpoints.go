@@ -87,9 +87,8 @@ func (e *endpointsOnDemand) get(ctx context.Context, services []string) ([]*disc
 			}
 			for _, es := range got {
 				k := es.Namespace + "/" + es.Labels[discoveryv1.LabelServiceName]
-				if stripped, _ := stripEndpointSlice(es); stripped != nil {
-					fresh[k] = append(fresh[k], stripped.(*discoveryv1.EndpointSlice))
-				}
+				stripped, _ := stripEndpointSlice(es)
+				fresh[k] = append(fresh[k], stripped.(*discoveryv1.EndpointSlice))
 			}
 			e.mu.Lock()
 			for k, sl := range fresh {

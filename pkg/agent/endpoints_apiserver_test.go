@@ -20,6 +20,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
 )
 
 // TestEndpointsOnDemandAgainstAPIServer reads EndpointSlices on demand from
@@ -57,7 +58,7 @@ func TestEndpointsOnDemandAgainstAPIServer(t *testing.T) {
 	}
 	slice("other", "svc-000", nil)
 	slice("default", "headless", map[string]string{corev1.IsHeadlessService: ""})
-	slice("default", "elsewhere", map[string]string{serviceProxyNameLabel: "other-proxy"})
+	slice("default", "elsewhere", map[string]string{ipvscheck.ServiceProxyNameLabel: "other-proxy"})
 	asked = append(asked, "default/headless", "default/elsewhere", "default/no-such")
 
 	var log requestLog

@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
 )
 
 // The cache transforms below replace each Service and EndpointSlice with a
@@ -52,7 +54,7 @@ func stripService(obj any) (any, error) {
 	}
 	out := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: intern(s.Namespace), ResourceVersion: s.ResourceVersion,
-			Labels: keepLabel(s.Labels, serviceProxyNameLabel)},
+			Labels: keepLabel(s.Labels, ipvscheck.ServiceProxyNameLabel)},
 		Spec: corev1.ServiceSpec{Type: serviceType(s.Spec.Type), ClusterIP: s.Spec.ClusterIP, ExternalIPs: s.Spec.ExternalIPs,
 			ExternalTrafficPolicy: trafficPolicy(s.Spec.ExternalTrafficPolicy)},
 	}

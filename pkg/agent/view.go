@@ -88,9 +88,6 @@ var nodesResource = corev1.SchemeGroupVersion.WithResource("nodes")
 // agents' own peers Service) has no virtual server and no LoadBalancer IP.
 const NotHeadlessServices = "spec.clusterIP!=" + corev1.ClusterIPNone
 
-// serviceProxyNameLabel marks a Service another proxy than kube-proxy serves.
-const serviceProxyNameLabel = "service.kubernetes.io/service-proxy-name"
-
 // NewClusterView sets up (without starting) the informers the agent reads
 // the cluster through; what each watches, and why (see the README's scale
 // section for the cost):

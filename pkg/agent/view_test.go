@@ -115,10 +115,10 @@ func TestMACsRoundTrip(t *testing.T) {
 func TestStripKeepsWhatChecksRead(t *testing.T) {
 	svc := lbService("default", "web", "192.0.2.20")
 	svc.Annotations = map[string]string{"metallb.universe.tf/ip-allocated-from-pool": "p", corev1.LastAppliedConfigAnnotation: "{}"}
-	svc.Labels = map[string]string{"app": "web", serviceProxyNameLabel: "other"}
+	svc.Labels = map[string]string{"app": "web", ipvscheck.ServiceProxyNameLabel: "other"}
 	got, _ := stripService(svc)
 	want := lbService("default", "web", "192.0.2.20")
-	want.Labels = map[string]string{serviceProxyNameLabel: "other"}
+	want.Labels = map[string]string{ipvscheck.ServiceProxyNameLabel: "other"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("service (-want +got):\n%s", diff)
 	}

@@ -240,12 +240,16 @@ func (c *Checker) countReadyEndpoints(ctx context.Context, logger klog.Logger, e
 			some = append(some, s)
 		}
 	}
-	ready := map[string]int{} // Service and key
+	type vip struct {
+		service string
+		key     ipvs.Key
+	}
+	ready := map[vip]int{}
 	for _, e := range ExpectedVirtualServers(some, eps, c.cfg.NodeName) {
-		ready[e.Service+" "+e.Key.String()] = e.ReadyEndpoints
+		ready[vip{e.Service, e.Key}] = e.ReadyEndpoints
 	}
 	for _, i := range at {
-		if n, ok := ready[expected[i].Service+" "+expected[i].Key.String()]; ok {
+		if n, ok := ready[vip{expected[i].Service, expected[i].Key}]; ok {
 			expected[i].ReadyEndpoints = n
 		}
 	}

@@ -5,6 +5,7 @@ package ipvscheck
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -35,7 +36,7 @@ type Cluster interface {
 // ProxiedEndpointSlices selects the EndpointSlices kube-proxy programs, as
 // kube-proxy's own informers do: not those of headless Services (no virtual
 // server) nor of Services another proxy serves.
-const ProxiedEndpointSlices = "!" + corev1.IsHeadlessService + ",!" + serviceProxyNameLabel
+const ProxiedEndpointSlices = "!" + corev1.IsHeadlessService + ",!" + ServiceProxyNameLabel
 
 // servicesPerList bounds how many Service names one LIST's label selector
 // carries (its URL stays a few KiB).
@@ -51,17 +52,14 @@ func ListEndpointSlices(ctx context.Context, cs kube.Interface, services []strin
 		return nil, err
 	}
 	want := make(map[string]bool, len(services))
-	var names []string
+	byName := map[string]bool{}
 	for _, s := range services {
-		if want[s] {
-			continue
-		}
 		want[s] = true
-		if _, name, ok := strings.Cut(s, "/"); ok && !slices.Contains(names, name) {
-			names = append(names, name)
+		if _, name, ok := strings.Cut(s, "/"); ok {
+			byName[name] = true
 		}
 	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(byName))
 	var out []*discoveryv1.EndpointSlice
 	for chunk := range slices.Chunk(names, servicesPerList) {
 		req, err := labels.NewRequirement(discoveryv1.LabelServiceName, selection.In, chunk)

@@ -22,8 +22,9 @@ const (
 	KindExternalIP   = "ExternalIP"
 )
 
-// serviceProxyNameLabel makes kube-proxy ignore a Service.
-const serviceProxyNameLabel = "service.kubernetes.io/service-proxy-name"
+// ServiceProxyNameLabel marks a Service another proxy than kube-proxy
+// serves: kube-proxy ignores it and its EndpointSlices.
+const ServiceProxyNameLabel = "service.kubernetes.io/service-proxy-name"
 
 // Expected is a virtual server kube-proxy should have programmed.
 type Expected struct {
@@ -54,7 +55,7 @@ func ExpectedVirtualServers(svcs []*corev1.Service, eps []*discoveryv1.EndpointS
 	}
 	var out []Expected
 	for _, svc := range svcs {
-		if _, ignored := svc.Labels[serviceProxyNameLabel]; ignored {
+		if _, ignored := svc.Labels[ServiceProxyNameLabel]; ignored {
 			continue
 		}
 		if svc.Spec.Type == corev1.ServiceTypeExternalName {

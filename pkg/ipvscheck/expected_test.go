@@ -129,7 +129,7 @@ func TestExpectedPolicies(t *testing.T) {
 	lb.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.20"}, {IP: "192.0.2.21", IPMode: ptr.To(corev1.LoadBalancerIPModeProxy)}, {Hostname: "lb.example"}}
 	headless := svc("default", "headless", corev1.ServiceTypeClusterIP, "None", port("", 80, corev1.ProtocolTCP))
 	ignored := svc("default", "other-proxy", corev1.ServiceTypeClusterIP, "10.96.0.99", port("", 80, corev1.ProtocolTCP))
-	ignored.Labels = map[string]string{serviceProxyNameLabel: "foo"}
+	ignored.Labels = map[string]string{ServiceProxyNameLabel: "foo"}
 	extName := corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "ext"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "x.example"}}
 	eps := []discoveryv1.EndpointSlice{
 		slice("kube-system", "dns", discoveryv1.AddressTypeIPv4, "dns", corev1.ProtocolUDP, ep{addr: "10.244.0.2"}, ep{addr: "10.244.0.3", ready: ptr.To(false)}),
