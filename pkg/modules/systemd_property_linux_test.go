@@ -125,26 +125,24 @@ func genDecls(t *testing.T, r *rand.Rand, root string, words []string) {
 }
 
 // systemdLoads runs the real systemd-modules-load in a private mount
-// namespace where the modules-load.d directories and /etc/modules are
-// root's, and returns the modules it would load: each name it tries
-// (its debug log says "Loading module: <name>"), normalised, that the
-// tree's kernel ships. The host kernel has no modules, so nothing loads.
+// namespace where /etc and the other modules-load.d directories are root's
+// (so /etc/modules and Debian's modules.conf link resolve inside the tree,
+// whether or not the host has an /etc/modules), and returns the modules it
+// would load: each name it tries (its debug log says "Loading module:
+// <name>"), normalised, that the tree's kernel ships. The host kernel has
+// no modules, so nothing loads.
 func systemdLoads(t *testing.T, root string) map[string]bool {
 	t.Helper()
-	etcModules := filepath.Join(root, "etc/modules")
-	if _, err := os.Lstat(etcModules); err != nil {
-		etcModules = "/dev/null"
-	}
 	script := `set -e
 mount -t tmpfs tmpfs /run
 mount -t tmpfs tmpfs /usr/local
 mkdir -p /run/modules-load.d /usr/local/lib/modules-load.d
-for d in /etc/modules-load.d /run/modules-load.d /usr/local/lib/modules-load.d /usr/lib/modules-load.d; do
+for d in /run/modules-load.d /usr/local/lib/modules-load.d /usr/lib/modules-load.d; do
 	mount --bind "$1$d" "$d"
 done
-mount --bind "$2" /etc/modules
+mount --bind "$1/etc" /etc
 SYSTEMD_LOG_LEVEL=debug SYSTEMD_LOG_TARGET=console ` + systemdModulesLoad + ` || true`
-	out, err := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", root, etcModules).CombinedOutput()
+	out, err := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", root).CombinedOutput()
 	if err != nil {
 		t.Fatalf("systemd-modules-load in a mount namespace: %v\n%s", err, out)
 	}
