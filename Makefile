@@ -20,10 +20,16 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/ipvs-guard
 
-## test: every tier, each named so a failure says where it broke
+## test: every tier, each named so a failure says where it broke (lint, unit, fuzz and netns run inside the fresh tier)
 .PHONY: test
-test: test-lint test-unit test-fuzz test-netns test-guest test-apiserver test-scale test-metallb test-rules test-chart test-image test-e2e test-node
+test: test-fresh test-guest test-apiserver test-scale test-metallb test-rules test-chart test-image test-e2e test-node
 	@echo "all test tiers passed"
+
+## test-fresh: the lint, unit, fuzz and netns tiers inside a pristine Debian 12 root (debootstrap, overlay, chroot): no tier leans on host state (root)
+.PHONY: test-fresh
+test-fresh:
+	@echo "--- tier: fresh"
+	hack/test-fresh.sh
 
 ## lint: go vet, gofmt, go mod tidy check
 .PHONY: lint test-lint
@@ -36,7 +42,7 @@ lint test-lint:
 .PHONY: test-unit
 test-unit:
 	@echo "--- tier: unit"
-	$(GO) test -race -count=1 ./...
+	hack/test-unit.sh
 
 ## test-fuzz: each fuzz target for a short budget (FUZZTIME=20000x; a duration such as 1m works too)
 .PHONY: test-fuzz

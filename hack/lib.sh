@@ -35,3 +35,11 @@ apt_ensure() {
 		as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 	) 9>/var/lock/ipvs-guard-apt.lock
 }
+
+# debian_mirror prints the host's Debian mirror (deb822 sources first, then sources.list).
+debian_mirror() {
+	local m
+	m=$(sed -n 's/^URIs:[[:space:]]*\([^[:space:]]*\/debian\/\?\)$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1)
+	[ -n "$m" ] || m=$(awk '$1 == "deb" && $2 ~ /\/debian\/?$/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null)
+	echo "${m:-http://deb.debian.org/debian}"
+}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 )
 
@@ -196,9 +198,9 @@ func TestAliasBinMatchesText(t *testing.T) {
 }
 
 // TestAliasBinRealDebian does the same over the real, complete Debian
-// modules.alias(.bin) pair (26,000 aliases) when the guest tier has
-// unpacked the kernel into $IPVS_GUARD_CACHE; the testdata pairs cover the
-// same code paths without it.
+// modules.alias(.bin) pair (26,000 aliases) of the kernel the unit tier
+// unpacks (realDebianModules); the testdata pairs cover the same code paths
+// on a laptop without it.
 func TestAliasBinRealDebian(t *testing.T) {
 	dir := realDebianModules(t)
 	text, err := os.ReadFile(filepath.Join(dir, "modules.alias"))
@@ -229,14 +231,20 @@ func TestAliasBinRealDebian(t *testing.T) {
 	}
 }
 
+// realDebianModules returns the lib/modules/<debRel> directory of the real
+// Debian kernel package the unit tier unpacks (hack/test-unit.sh sets
+// IPVS_GUARD_DEBIAN_MODULES); without it the test is skipped, failed under
+// CI=true.
 func realDebianModules(t testing.TB) string {
 	t.Helper()
-	cache := os.Getenv("IPVS_GUARD_CACHE")
-	tree := filepath.Join(cache, "kernel", debRel, "rootfs")
-	if _, err := os.Stat(filepath.Join(tree, ".done")); cache == "" || err != nil {
-		t.Skipf("no unpacked %s kernel under $IPVS_GUARD_CACHE (run hack/capture-debian-modules-testdata.sh)", debRel)
+	dir := os.Getenv("IPVS_GUARD_DEBIAN_MODULES")
+	testenv.Require(t, dir != "", "IPVS_GUARD_DEBIAN_MODULES: the unpacked "+debRel+" kernel (hack/test-unit.sh sets it)")
+	if filepath.Base(dir) != debRel {
+		testenv.Require(t, false, fmt.Sprintf("IPVS_GUARD_DEBIAN_MODULES is %s, not kernel %s", dir, debRel))
 	}
-	return filepath.Join(tree, "lib/modules", debRel)
+	_, err := os.Stat(filepath.Join(dir, "modules.alias.bin"))
+	testenv.Require(t, err == nil, fmt.Sprintf("the unpacked %s kernel: %v", debRel, err))
+	return dir
 }
 
 // binFile assembles an index file: header with root, then body bytes laid
@@ -420,10 +428,9 @@ func TestAliasBinAgreesWithKmod(t *testing.T) {
 	dir := realDebianModules(t)
 	modprobe, err := exec.LookPath("modprobe")
 	if err != nil {
-		if modprobe, err = exec.LookPath("/usr/sbin/modprobe"); err != nil {
-			t.Skip("kmod's modprobe is not installed")
-		}
+		modprobe, err = exec.LookPath("/usr/sbin/modprobe")
 	}
+	testenv.Require(t, err == nil, "kmod's modprobe (Debian's kmod package)")
 	text, err := os.ReadFile(filepath.Join(dir, "modules.alias"))
 	must(t, err)
 	x, err := readBinIndex(hostfs.New(dir), "/modules.alias.bin")

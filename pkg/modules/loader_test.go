@@ -19,6 +19,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
 
+	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 )
 
@@ -182,6 +183,8 @@ func compressWith(t *testing.T, format string, data []byte) []byte {
 		out, err := cmd.Output()
 		must(t, err)
 		return out
+	} else if testenv.InCI() {
+		t.Fatalf("missing prerequisite under CI=true: %s (the unit tier installs it)", tool[0])
 	}
 	var b bytes.Buffer
 	switch format {

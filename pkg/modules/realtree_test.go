@@ -16,19 +16,13 @@ import (
 
 // TestRealDebianKernelTree resolves the IPVS set over the complete, untrimmed
 // module tree of the real Debian kernel package (real .ko files, full
-// modules.dep/alias/softdep) with a fake kernel. The tree is the one
-// hack/capture-debian-modules-testdata.sh (or the guest tier) unpacks into
-// $IPVS_GUARD_CACHE; without it the test skips: the trimmed testdata covers
-// the same lines.
+// modules.dep/alias/softdep) with a fake kernel. The tree is the one the
+// unit tier unpacks (realDebianModules).
 func TestRealDebianKernelTree(t *testing.T) {
-	cache := os.Getenv("IPVS_GUARD_CACHE")
-	tree := filepath.Join(cache, "kernel", debRel, "rootfs")
-	if _, err := os.Stat(filepath.Join(tree, ".done")); cache == "" || err != nil {
-		t.Skipf("no unpacked %s kernel under $IPVS_GUARD_CACHE (run hack/capture-debian-modules-testdata.sh)", debRel)
-	}
+	dir := realDebianModules(t)
 	root := t.TempDir()
 	must(t, os.MkdirAll(filepath.Join(root, "lib/modules"), 0o755))
-	must(t, os.Symlink(filepath.Join(tree, "lib/modules", debRel), filepath.Join(root, "lib/modules", debRel)))
+	must(t, os.Symlink(dir, filepath.Join(root, "lib/modules", debRel)))
 	must(t, os.MkdirAll(filepath.Join(root, "proc"), 0o755))
 	must(t, os.WriteFile(filepath.Join(root, "proc/modules"), nil, 0o644))
 	k := &realFake{}
