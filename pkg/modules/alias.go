@@ -15,6 +15,9 @@ type Alias struct {
 	Pattern string
 	// Module is the module the alias resolves to.
 	Module string
+	// File is the modprobe.d file the alias was read from (host path);
+	// empty for depmod's modules.alias.
+	File string
 }
 
 // Match reports whether name (normalised by the caller or not) matches the alias.

@@ -27,6 +27,10 @@ const (
 	ReasonModuleNotInKernel = "ModuleNotInKernel"
 	// ReasonModulesNotLoaded: a needed module the kernel ships is not loaded.
 	ReasonModulesNotLoaded = "ModulesNotLoaded"
+	// ReasonModuleBlocked: modprobe.d (a blacklist, an install command or an
+	// alias to another module) keeps systemd-modules-load from loading a
+	// needed module at boot.
+	ReasonModuleBlocked = "ModuleBlockedByModprobeConfig"
 	// ReasonModulesNotPersisted: a needed module is not declared for boot.
 	ReasonModulesNotPersisted = "ModulesNotPersisted"
 	// ReasonStaleModuleDeclaration: a boot declaration names a module the kernel lacks.
@@ -194,7 +198,7 @@ func (c *Checker) ownedMerge(obs *Observation) (src ownedSource, m MergeResult, 
 	}
 	var want []string
 	for _, f := range obs.Findings {
-		if f.wanted && !f.Builtin && (f.Available || obs.Index.DepMissing) {
+		if f.wanted && !f.Builtin && (f.Available || obs.Index.DepMissing) && f.BootBlocked == "" {
 			want = append(want, f.Module)
 		}
 	}
@@ -242,9 +246,16 @@ func (c *Checker) remediate(ctx context.Context, obs *Observation) (actions, fai
 	}
 	var toLoad []string
 	for _, f := range obs.Findings {
-		if f.wanted && !f.Loaded && (f.Available || obs.Index.DepMissing) {
-			toLoad = append(toLoad, f.Module)
+		if !f.wanted || f.Loaded || !(f.Available || obs.Index.DepMissing) {
+			continue
 		}
+		if f.BootBlocked != "" {
+			// The administrator's modprobe.d says no: say so, never override it.
+			failures = append(failures, fmt.Sprintf("did not load %s: %s", f.Module, f.BootBlocked))
+			log.Info("Not loading a module modprobe.d blocks", "module", f.Module, "why", f.BootBlocked)
+			continue
+		}
+		toLoad = append(toLoad, f.Module)
 	}
 	if len(toLoad) == 0 {
 		return actions, failures
@@ -292,6 +303,13 @@ func (c *Checker) result(obs *Observation) check.Result {
 		}
 		msgs = append(msgs, m)
 	}
+	for _, f := range p.blocked {
+		if res.Reason == "" || res.Reason == ReasonModulesNotLoaded {
+			// modprobe.d is why it is not loaded: the cause is the reason.
+			res.Reason = ReasonModuleBlocked
+		}
+		msgs = append(msgs, fmt.Sprintf("%s is not loaded at boot: %s; ipvs-guard neither declares nor loads it.", f.Module, f.BootBlocked))
+	}
 	if len(p.notPersisted) > 0 {
 		if res.Reason == "" {
 			res.Reason = ReasonModulesNotPersisted
@@ -314,6 +332,21 @@ func (c *Checker) result(obs *Observation) check.Result {
 	res.Message = strings.Join(msgs, " ")
 	res.Remediation = c.remediation(obs, p)
 	return res
+}
+
+// withoutBlocked returns names without the modules of blocked.
+func withoutBlocked(names []string, blocked []Finding) []string {
+	var out []string
+	for _, n := range names {
+		b := false
+		for _, f := range blocked {
+			b = b || f.Module == n
+		}
+		if !b {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 func itThem(names []string) string {
@@ -368,8 +401,11 @@ func (c *Checker) remediation(obs *Observation, p problems) []string {
 	} else if err == nil && m.Changed {
 		out = append(out, fmt.Sprintf("Declare the modules for boot on every node: %s must read (ipvs-guard diagnose --fix writes it, keeping every other line):\n%s", c.cfg.DeclarationFile, strings.TrimRight(strings.ReplaceAll(string(m.Content), "\r", ""), "\n")))
 	}
-	if len(p.notLoaded) > 0 {
-		out = append(out, fmt.Sprintf("Load them now, as root on the node: ipvs-guard diagnose --fix (or by hand: modprobe -a %s).", strings.Join(p.notLoaded, " ")))
+	for _, f := range p.blocked {
+		out = append(out, fmt.Sprintf("%s: %s. kube-proxy's IPVS mode needs it: remove or change that modprobe.d line on every node (ipvs-guard does not override modprobe.d), then run ipvs-guard diagnose --fix.", f.Module, f.BootBlocked))
+	}
+	if loadable := withoutBlocked(p.notLoaded, p.blocked); len(loadable) > 0 {
+		out = append(out, fmt.Sprintf("Load them now, as root on the node: ipvs-guard diagnose --fix (or by hand: modprobe -a %s).", strings.Join(loadable, " ")))
 	}
 	for _, f := range p.stale {
 		for _, file := range f.DeclaredIn {

@@ -30,6 +30,13 @@ type Index struct {
 	deps map[string]string // module name → its modules.dep line, split on demand
 	root hostfs.Root
 	host string // /lib/modules/<release>, a host path under root
+
+	// Read on the first ConfirmAbsent (most runs never need them).
+	files     map[string]string // module name → a module file under host (relative)
+	filesErr  error
+	filesRead bool
+	depsErr   error // a dependency modules.dep does not list as a module
+	depsRead  bool
 }
 
 // Limits of the files a module index is read from: far above any real one
@@ -183,26 +190,124 @@ func parseFile(root hostfs.Root, p string, lim hostfs.Limit, parse func(io.Reade
 	return nil
 }
 
-// ConfirmAbsent returns an error wrapping ErrIndexInconsistent when
-// modules.dep does not list the module but modules.dep.bin, which depmod
-// writes from the same data, does: modules.dep was cut at a line boundary
-// or replaced. Without a readable modules.dep.bin it returns nil.
+// ConfirmAbsent returns nil when the index can be believed that the
+// kernel does not ship the module, and an error wrapping
+// ErrIndexInconsistent when it cannot: modules.dep.bin (depmod writes it
+// from the same data) lists the module; modules.dep names a dependency it
+// does not list as a module (a cut at a line boundary); or a module file of
+// that name (.ko, .ko.xz, .ko.zst or .ko.gz) is under
+// /lib/modules/<release> (modules.dep is cut or older than the files: run
+// depmod). A module whose file is on disk is never "not in this kernel".
+// It also returns an error when the module directory cannot be listed.
+// A module modules.dep lists, a missing modules.dep or a nil index: nil.
 func (ix *Index) ConfirmAbsent(name string) error {
 	if ix == nil || ix.DepMissing || ix.Loadable(name) {
 		return nil
 	}
+	name = Normalize(name)
+	dep := ix.root.Path(ix.host, "modules.dep")
 	p := path.Join(ix.host, "modules.dep.bin")
-	b, err := ix.root.ReadFile(p, limitBinIndex)
+	if b, err := ix.root.ReadFile(p, limitBinIndex); err == nil {
+		if x, err := parseBinIndex(b); err == nil {
+			if vals, err := x.searchWild(name); err == nil && len(vals) > 0 {
+				return fmt.Errorf("%s does not list %s but %s does: %w", dep, name, ix.root.Path(p), ErrIndexInconsistent)
+			}
+		}
+	}
+	if err := ix.danglingDeps(); err != nil {
+		return err
+	}
+	files, err := ix.moduleFiles()
 	if err != nil {
+		return fmt.Errorf("could not confirm that kernel %s lacks %s: %w", ix.Release, name, err)
+	}
+	if f, ok := files[name]; ok {
+		return fmt.Errorf("%s does not list %s but its module file %s exists (modules.dep is cut or older than the module files: run depmod %s): %w",
+			dep, name, ix.root.Path(ix.host, f), ix.Release, ErrIndexInconsistent)
+	}
+	return nil
+}
+
+// danglingDeps returns an error wrapping ErrIndexInconsistent when a
+// modules.dep line names a dependency modules.dep does not list: depmod
+// lists every module it names, so the file lost lines.
+func (ix *Index) danglingDeps() error {
+	if ix.depsRead {
+		return ix.depsErr
+	}
+	ix.depsRead = true
+	names := ix.Names()
+	for _, n := range names {
+		e, err := ix.Entry(n)
+		if err != nil {
+			ix.depsErr = fmt.Errorf("%w: %w", err, ErrIndexInconsistent)
+			return ix.depsErr
+		}
+		for _, d := range e.Deps {
+			if dn := ModuleNameFromPath(d); !ix.Loadable(dn) {
+				ix.depsErr = fmt.Errorf("%s lists %s as a dependency of %s but has no line for it (cut at a line boundary?): %w",
+					ix.root.Path(ix.host, "modules.dep"), d, n, ErrIndexInconsistent)
+				return ix.depsErr
+			}
+		}
+	}
+	return nil
+}
+
+// Bounds of the module directory walk: far above a distribution kernel's
+// (about 6,000 files in a few hundred directories, depth 8).
+const (
+	maxModuleDirEntries = 1 << 20
+	maxModuleDirDepth   = 32
+)
+
+// moduleFiles maps each module name with a file (any of moduleSuffixes)
+// under /lib/modules/<release> to its path relative to that directory,
+// walking it once. Links are not followed (build and source point to
+// kernel headers); a directory that disappears is skipped; one that cannot
+// be read is an error.
+func (ix *Index) moduleFiles() (map[string]string, error) {
+	if ix.filesRead {
+		return ix.files, ix.filesErr
+	}
+	ix.filesRead = true
+	files := map[string]string{}
+	seen := 0
+	var walk func(rel string, depth int) error
+	walk = func(rel string, depth int) error {
+		if depth > maxModuleDirDepth {
+			return fmt.Errorf("listing %s: deeper than %d directories", ix.root.Path(ix.host, rel), maxModuleDirDepth)
+		}
+		ents, err := ix.root.ReadDir(path.Join(ix.host, rel))
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("listing %s: %w", ix.root.Path(ix.host, rel), err)
+		}
+		for _, e := range ents {
+			if seen++; seen > maxModuleDirEntries {
+				return fmt.Errorf("listing %s: more than %d entries", ix.Dir, maxModuleDirEntries)
+			}
+			p := path.Join(rel, e.Name())
+			switch t := e.Type(); {
+			case t.IsDir():
+				if err := walk(p, depth+1); err != nil {
+					return err
+				}
+			case t.IsRegular():
+				if n := ModuleNameFromPath(p); n != "" {
+					if _, dup := files[n]; !dup {
+						files[n] = p
+					}
+				}
+			}
+		}
 		return nil
 	}
-	x, err := parseBinIndex(b)
-	if err != nil {
-		return nil
+	ix.filesErr = walk("", 0)
+	if ix.filesErr == nil {
+		ix.files = files
 	}
-	vals, err := x.searchWild(Normalize(name))
-	if err != nil || len(vals) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%s does not list %s but %s does: %w", ix.root.Path(ix.host, "modules.dep"), name, ix.root.Path(p), ErrIndexInconsistent)
+	return ix.files, ix.filesErr
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"sort"
@@ -35,6 +36,13 @@ var (
 	// ErrInstallCommand: modprobe.d replaces the module's loading with an
 	// install command, which ipvs-guard never runs.
 	ErrInstallCommand = errors.New("modprobe.d has an install command for it, which ipvs-guard does not run")
+	// ErrBlacklisted: modprobe.d (or modprobe.blacklist= on the kernel
+	// command line) blacklists the module; ipvs-guard never loads it, by
+	// name or as a dependency.
+	ErrBlacklisted = errors.New("blacklisted, which ipvs-guard does not override")
+	// ErrAliasRedirect: a modprobe.d alias resolves an IPVS or conntrack
+	// module name to another module; ipvs-guard does not follow it.
+	ErrAliasRedirect = errors.New("a modprobe.d alias redirects it to another module, which ipvs-guard does not follow")
 )
 
 // maxModuleSize bounds a decompressed module image (the largest in-tree
@@ -67,7 +75,10 @@ const moduleInitCompressedFile = 0x4
 // .ko.zst and .ko.gz through finit_module with MODULE_INIT_COMPRESSED_FILE
 // where /sys/module/compression names the format, else they are decompressed
 // in memory and passed to init_module. EEXIST counts as loaded. install and
-// remove commands in modprobe.d are never run.
+// remove commands in modprobe.d are never run (a module with one is not
+// loaded), a blacklisted module is never loaded (by name, as a dependency or
+// as a soft dependency), and a modprobe.d alias that turns an IPVS or
+// conntrack module name into another module is refused, not followed.
 type NativeLoader struct {
 	root        hostfs.Root
 	ix          *Index
@@ -80,6 +91,7 @@ type NativeLoader struct {
 	options     map[string]string
 	blacklist   map[string]bool
 	install     map[string]string
+	conf        *ModprobeConfig
 	compression string // contents of /sys/module/compression
 	k           kernel
 	loaded      map[string]bool
@@ -149,6 +161,7 @@ func loaderFromIndex(root hostfs.Root, ix *Index, k kernel) (*NativeLoader, erro
 	if err != nil {
 		return nil, err
 	}
+	l.conf = conf
 	l.confAliases = conf.Aliases
 	l.options = conf.Options
 	l.blacklist = conf.Blacklist
@@ -163,24 +176,55 @@ func loaderFromIndex(root hostfs.Root, ix *Index, k kernel) (*NativeLoader, erro
 }
 
 // ModprobeDirs are the modprobe.d directories, earlier ones overriding
-// same-named files in later ones.
+// same-named files in later ones (kmod's search path).
 var ModprobeDirs = []string{"/etc/modprobe.d", "/run/modprobe.d", "/usr/local/lib/modprobe.d", "/usr/lib/modprobe.d", "/lib/modprobe.d"}
 
-// ReadModprobeDirs reads every *.conf in the modprobe.d directories under
-// root, in file-name order, earlier directories overriding same-named files.
-func ReadModprobeDirs(root hostfs.Root) (*ModprobeConfig, error) {
+// KernelCmdline is where kmod reads modprobe.blacklist= (host path).
+const KernelCmdline = "/proc/cmdline"
+
+// ModprobeFiles returns, per file name, the modprobe.d file kmod reads
+// under that name (host paths), as libkmod lists them: names ending in
+// .conf that are not hidden; links are followed (inside root) and an entry
+// that is a directory or cannot be stat'ed (a dangling link) is skipped
+// without hiding a same-named file in a later directory; the first
+// directory of ModprobeDirs holding a name wins. A missing or unreadable
+// directory is skipped, as kmod skips it.
+func ModprobeFiles(root hostfs.Root) map[string]string {
 	files := map[string]string{}
 	for _, d := range ModprobeDirs {
 		ents, err := root.ReadDir(d)
 		if err != nil {
-			continue // missing or unreadable: modprobe.d is optional
+			continue
 		}
 		for _, e := range ents {
-			if strings.HasSuffix(e.Name(), ".conf") && !e.IsDir() && files[e.Name()] == "" {
-				files[e.Name()] = path.Join(d, e.Name())
+			n := e.Name()
+			if len(n) < 6 || !strings.HasSuffix(n, ".conf") || strings.HasPrefix(n, ".") || files[n] != "" {
+				continue
 			}
+			p := path.Join(d, n)
+			if isDevNullLink(root, p) {
+				files[n] = p // masks the name, read as nothing
+				continue
+			}
+			fi, err := root.Stat(p)
+			if err != nil || fi.IsDir() {
+				continue
+			}
+			files[n] = p
 		}
 	}
+	return files
+}
+
+// ReadModprobeDirs reads the modprobe configuration kmod (and so
+// systemd-modules-load) applies on the host at root: every file
+// ModprobeFiles lists, in file-name order, malformed lines skipped as kmod
+// skips them, then modprobe.blacklist= on the kernel command line
+// (<root>/proc/cmdline). Each blacklist entry and install command records
+// the file it came from, each alias its File. A file that is not regular
+// (a named pipe, a device other than /dev/null) or too large is an error.
+func ReadModprobeDirs(root hostfs.Root) (*ModprobeConfig, error) {
+	files := ModprobeFiles(root)
 	names := make([]string, 0, len(files))
 	for n := range files {
 		names = append(names, n)
@@ -188,20 +232,70 @@ func ReadModprobeDirs(root hostfs.Root) (*ModprobeConfig, error) {
 	sort.Strings(names)
 	conf := newModprobeConfig()
 	for _, n := range names {
+		p := files[n]
+		if fi, err := root.Stat(p); isDevNullLink(root, p) || err == nil && hostfs.IsDevNull(fi) {
+			continue // a link to /dev/null masks the name: read as nothing
+		}
 		var c *ModprobeConfig
-		if err := parseFile(root, files[n], limitModprobeConf, func(r io.Reader) error {
+		if err := parseFile(root, p, limitModprobeConf, func(r io.Reader) error {
 			var err error
-			c, err = ParseModprobeConfig(r)
+			c, err = parseModprobeConfig(r, true)
 			return err
 		}); err != nil {
 			if errors.Is(err, os.ErrNotExist) {
-				continue // a dangling link
+				continue // gone since it was listed
 			}
 			return nil, err
 		}
+		for i := range c.Aliases {
+			c.Aliases[i].File = p
+		}
+		for k := range c.Blacklist {
+			c.BlacklistFile[k] = p
+		}
+		for k := range c.Install {
+			c.InstallFile[k] = p
+		}
 		conf.merge(c)
 	}
+	if b, err := root.ReadFile(KernelCmdline, limitSmallKernel); err == nil {
+		for _, m := range cmdlineBlacklist(string(b)) {
+			if !conf.Blacklist[m] {
+				conf.Blacklist[m] = true
+				conf.BlacklistFile[m] = KernelCmdline + " (modprobe.blacklist=)"
+			}
+		}
+	}
 	return conf, nil
+}
+
+// isDevNullLink reports whether host path p is a symbolic link to /dev/null
+// (which the host resolves to its own /dev/null, whatever root holds).
+func isDevNullLink(root hostfs.Root, p string) bool {
+	fi, err := root.Lstat(p)
+	if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		return false
+	}
+	t, err := root.Readlink(p)
+	return err == nil && isDevNullTarget(p, t)
+}
+
+// cmdlineBlacklist returns the modules of every modprobe.blacklist= on a
+// kernel command line (comma-separated, as written: kmod does not turn
+// '-' into '_' there).
+func cmdlineBlacklist(cmdline string) []string {
+	var out []string
+	for _, tok := range strings.Fields(cmdline) {
+		tok = strings.ReplaceAll(tok, `"`, "")
+		if v, ok := strings.CutPrefix(tok, "modprobe.blacklist="); ok {
+			for _, m := range strings.Split(v, ",") {
+				if m != "" {
+					out = append(out, m)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // Load implements Loader.
@@ -238,6 +332,9 @@ func (l *NativeLoader) refreshLoaded() error {
 func (l *NativeLoader) loadRequested(ctx context.Context, name string) error {
 	if l.ix.IsBuiltin(name) || l.loaded[name] {
 		return nil
+	}
+	if targets, files := l.conf.configAlias(name); isIPVSRelated(name) && len(targets) > 0 && !contains(targets, name) {
+		return fmt.Errorf("loading %s: %w (alias in %s resolves it to %s)", name, ErrAliasRedirect, strings.Join(files, ", "), strings.Join(targets, ", "))
 	}
 	cands := l.lookup(name)
 	if len(cands) == 0 {
@@ -333,8 +430,11 @@ func (l *NativeLoader) insertTree(ctx context.Context, name string, visiting map
 		return fmt.Errorf("loading %s: %w", name, err)
 	}
 	visiting[name] = true
+	if l.blacklist[name] {
+		return fmt.Errorf("loading %s: %w (blacklisted in %s)", name, ErrBlacklisted, l.conf.BlacklistFile[name])
+	}
 	if cmd, ok := l.install[name]; ok {
-		return fmt.Errorf("loading %s: %w (install %s %s)", name, ErrInstallCommand, name, cmd)
+		return fmt.Errorf("loading %s: %w (install %s %s in %s)", name, ErrInstallCommand, name, cmd, l.conf.InstallFile[name])
 	}
 	e, err := l.ix.Entry(name)
 	if err != nil {

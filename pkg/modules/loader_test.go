@@ -124,6 +124,13 @@ func TestLoaderResolutionOrder(t *testing.T) {
 			wantInserted: []string{"crc32c_generic", "libcrc32c", "nf_defrag_ipv4", "nf_defrag_ipv6", "nf_conntrack", "ip_vs"}},
 		{name: "modprobe.d alias wins", load: []string{"crc32c"}, options: "alias crc32c crc32c_generic\n",
 			wantCalls: []string{"finit:crc32c_generic::0"}, wantInserted: []string{"crc32c_generic"}},
+		{name: "blacklisted module is not loaded by name", load: []string{"ip_vs_sh"}, options: "blacklist ip_vs_sh\n", wantErr: ErrBlacklisted},
+		{name: "blacklisted dependency is not loaded", load: []string{"ip_vs_rr"}, options: "blacklist ip-vs\n",
+			wantCalls:    ipvsClosure[:len(ipvsClosure)-1],
+			wantInserted: []string{"crc32c_intel", "crc32c_generic", "libcrc32c", "nf_defrag_ipv4", "nf_defrag_ipv6", "nf_conntrack"},
+			wantErr:      ErrBlacklisted},
+		{name: "alias redirecting an IPVS name is refused", load: []string{"ip_vs"}, options: "alias ip_vs veth\n", wantErr: ErrAliasRedirect},
+		{name: "wildcard alias redirecting conntrack is refused", load: []string{"nf_conntrack"}, options: "alias nf_conn* dummy\n", wantErr: ErrAliasRedirect},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 
 // ModprobeConfig is what kmod reads from modprobe.d and from depmod's text
 // indexes (modules.alias and modules.softdep share the modprobe.d syntax).
-// Install and remove commands are never run and therefore not kept.
+// Install commands are kept, never run; remove commands are ignored.
 type ModprobeConfig struct {
 	// Aliases map wildcard patterns to module names, in file order.
 	Aliases []Alias
@@ -19,8 +19,16 @@ type ModprobeConfig struct {
 	Options map[string]string
 	// Softdeps are soft dependencies per module name.
 	Softdeps map[string]Softdep
-	// Blacklist names modules whose aliases must not load them.
+	// Blacklist names blacklisted modules. kmod's modprobe skips them only
+	// when they are reached through an alias; systemd-modules-load
+	// (KMOD_PROBE_APPLY_BLACKLIST) skips them by name too.
 	Blacklist map[string]bool
+	// BlacklistFile is where each blacklist entry was read (a modprobe.d
+	// file, or /proc/cmdline for modprobe.blacklist=); set by ReadModprobeDirs.
+	BlacklistFile map[string]string
+	// InstallFile is where each module's install command was read; set by
+	// ReadModprobeDirs.
+	InstallFile map[string]string
 	// Install holds the install command per module. It is never run: a
 	// module with one is not loaded (the administrator replaced its loading
 	// with a command, often /bin/false to forbid it).
@@ -28,7 +36,8 @@ type ModprobeConfig struct {
 }
 
 func newModprobeConfig() *ModprobeConfig {
-	return &ModprobeConfig{Options: map[string]string{}, Softdeps: map[string]Softdep{}, Blacklist: map[string]bool{}, Install: map[string]string{}}
+	return &ModprobeConfig{Options: map[string]string{}, Softdeps: map[string]Softdep{}, Blacklist: map[string]bool{}, Install: map[string]string{},
+		BlacklistFile: map[string]string{}, InstallFile: map[string]string{}}
 }
 
 // merge appends o's entries after c's (earlier files win for aliases, as
@@ -49,11 +58,15 @@ func (c *ModprobeConfig) merge(o *ModprobeConfig) {
 		c.Softdeps[k] = s
 	}
 	for k := range o.Blacklist {
+		if !c.Blacklist[k] {
+			c.BlacklistFile[k] = o.BlacklistFile[k]
+		}
 		c.Blacklist[k] = true
 	}
 	for k, v := range o.Install {
 		if _, ok := c.Install[k]; !ok { // the first install command wins, as in kmod
 			c.Install[k] = v
+			c.InstallFile[k] = o.InstallFile[k]
 		}
 	}
 }
@@ -71,6 +84,13 @@ func (c *ModprobeConfig) merge(o *ModprobeConfig) {
 // Unknown commands are skipped as kmod skips them; a known command with too
 // few arguments is an error naming the line.
 func ParseModprobeConfig(r io.Reader) (*ModprobeConfig, error) {
+	return parseModprobeConfig(r, false)
+}
+
+// parseModprobeConfig is ParseModprobeConfig; with lenient set a malformed
+// line is skipped, as kmod skips it ("ignoring bad line"), instead of
+// failing the whole file.
+func parseModprobeConfig(r io.Reader, lenient bool) (*ModprobeConfig, error) {
 	c := newModprobeConfig()
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64*1024), 4*1024*1024)
@@ -90,7 +110,7 @@ func ParseModprobeConfig(r io.Reader) (*ModprobeConfig, error) {
 		pending.WriteString(raw)
 		line := strings.TrimSpace(pending.String())
 		pending.Reset()
-		if err := c.parseLine(line); err != nil {
+		if err := c.parseLine(line); err != nil && !lenient {
 			return nil, fmt.Errorf("line %d: %w", start, err)
 		}
 	}
@@ -98,7 +118,7 @@ func ParseModprobeConfig(r io.Reader) (*ModprobeConfig, error) {
 		return nil, fmt.Errorf("line %d: %w", n+1, err)
 	}
 	if pending.Len() > 0 {
-		if err := c.parseLine(strings.TrimSpace(pending.String())); err != nil {
+		if err := c.parseLine(strings.TrimSpace(pending.String())); err != nil && !lenient {
 			return nil, fmt.Errorf("line %d: %w", start, err)
 		}
 	}

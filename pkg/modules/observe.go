@@ -23,12 +23,19 @@ type Finding struct {
 	Builtin bool `json:"builtin"`
 	// Available: the kernel ships it (modules.dep or modules.builtin).
 	Available bool `json:"available"`
-	// Declared: named in a modules-load.d *.conf file or /etc/modules.
+	// Declared: named in a modules-load.d *.conf file or /etc/modules, and
+	// loaded by systemd-modules-load under that name (BootBlocked is empty).
 	Declared bool `json:"declared"`
 	// Stale: declared for boot but absent from this kernel.
 	Stale bool `json:"stale"`
 	// DeclaredIn lists the files (host paths) that declare it.
 	DeclaredIn []string `json:"declared_in,omitempty"`
+	// BootBlocked says why systemd-modules-load does not load the module
+	// when modules-load.d names it: a modprobe.d blacklist, an install
+	// command (its own or a dependency's) or an alias redirecting the name
+	// to another module, naming the file. ipvs-guard then neither declares
+	// nor loads it. Empty when nothing blocks it.
+	BootBlocked string `json:"boot_blocked,omitempty"`
 
 	release string
 	wanted  bool
@@ -65,6 +72,10 @@ func (f Finding) String() string {
 	switch {
 	case f.Stale:
 		parts = append(parts, "STALE declaration in "+strings.Join(f.DeclaredIn, ", "))
+	case f.BootBlocked != "" && len(f.DeclaredIn) > 0:
+		parts = append(parts, "named in "+strings.Join(f.DeclaredIn, ", ")+" but NOT LOADED AT BOOT: "+f.BootBlocked)
+	case f.BootBlocked != "":
+		parts = append(parts, "NOT LOADED AT BOOT: "+f.BootBlocked)
 	case f.Declared:
 		parts = append(parts, "declared in "+strings.Join(f.DeclaredIn, ", "))
 	case f.Builtin || !f.Available:
@@ -101,6 +112,8 @@ type Observation struct {
 	Index *Index
 	// Declarations are every boot declaration found.
 	Declarations []Declaration
+	// Modprobe is the modprobe.d configuration kmod applies.
+	Modprobe *ModprobeConfig
 }
 
 // Observe reads the module state of the node at root for the given IPVS
@@ -146,7 +159,11 @@ func observeWith(root hostfs.Root, scheduler string, ix *Index) (*Observation, e
 	if ix.DepMissing {
 		shipper = shipFunc(func(n string) bool { return ix.Ships(n) || loaded[n] || inSys(n) })
 	}
-	o := &Observation{Release: rel, Scheduler: schedulerOrDefault(scheduler), Desired: Desired(scheduler, shipper), Index: ix}
+	conf, err := ReadModprobeDirs(root)
+	if err != nil {
+		return nil, err
+	}
+	o := &Observation{Release: rel, Scheduler: schedulerOrDefault(scheduler), Desired: Desired(scheduler, shipper), Index: ix, Modprobe: conf}
 	// Keep only the declarations a finding can be about: a huge foreign
 	// file then costs reading time, not memory.
 	o.Declarations, err = ScanDeclarations(root, func(m string) bool { return isIPVSRelated(m) || contains(o.Desired, m) })
@@ -172,8 +189,11 @@ func observeWith(root hostfs.Root, scheduler string, ix *Index) (*Observation, e
 		f := Finding{Module: name, Builtin: ix.IsBuiltin(name), DeclaredIn: declaredIn[name], release: rel, wanted: wanted, unknown: ix.DepMissing}
 		f.Loaded = loaded[name] || f.Builtin || inSys(name)
 		f.Available = ix.Ships(name) || (ix.DepMissing && f.Loaded)
-		f.Declared = len(f.DeclaredIn) > 0
-		f.Stale = f.Declared && !f.Available && !f.Loaded && !ix.DepMissing
+		if wanted && !f.Builtin && (f.Available || ix.DepMissing) {
+			f.BootBlocked = conf.bootBlock(ix, name)
+		}
+		f.Declared = len(f.DeclaredIn) > 0 && f.BootBlocked == ""
+		f.Stale = len(f.DeclaredIn) > 0 && !f.Available && !f.Loaded && !ix.DepMissing
 		return f
 	}
 	for _, m := range o.Desired {
@@ -204,7 +224,7 @@ func (s shipFunc) Ships(n string) bool { return s(n) }
 // problems groups the observation's findings by problem kind.
 type problems struct {
 	notInKernel, notLoaded, notPersisted []string
-	stale                                []Finding
+	stale, blocked                       []Finding
 	availabilityUnknown                  bool
 }
 
@@ -219,7 +239,9 @@ func (o *Observation) problems() problems {
 			case !f.Loaded:
 				p.notLoaded = append(p.notLoaded, f.Module)
 			}
-			if !f.Declared && !f.Builtin && (f.Available || o.Index.DepMissing) {
+			if f.BootBlocked != "" {
+				p.blocked = append(p.blocked, f)
+			} else if !f.Declared && !f.Builtin && (f.Available || o.Index.DepMissing) {
 				p.notPersisted = append(p.notPersisted, f.Module)
 			}
 		}

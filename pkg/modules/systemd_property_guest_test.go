@@ -7,6 +7,7 @@ package modules
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -27,6 +28,64 @@ import (
 var guestWords = []string{
 	"ip_vs", "ip_vs_rr", "ip-vs-wrr", "ip_vs_sh", "ip_vs_lc", "nf_conntrack", "dummy", "veth", "  veth  ",
 	"\tip_vs", "nf_conntrack_ipv4", "ip_vs_nosuch", "# ip_vs_rr", "; dummy", "#", "", "dummy numdummies=0",
+}
+
+// guestModprobeLines are the modprobe.d lines of the guest's random trees:
+// blacklists, install commands and aliases of IPVS and foreign modules,
+// the --ignore-install wrapper, comments and malformed lines.
+var guestModprobeLines = []string{
+	"blacklist ip_vs_wrr", "blacklist ip-vs-sh", "blacklist veth", "blacklist nf_defrag_ipv6",
+	"install ip_vs_sh /bin/false", "install ip_vs /bin/false", "install dummy /bin/true",
+	"install ip_vs_rr /usr/libexec/kmod/modprobe --ignore-install ip_vs_rr",
+	"alias ip_vs_rr dummy", "alias ip_vs_w* veth", "alias ip_vs ip_vs", "options ip_vs conn_tab_bits=12",
+	"# blacklist ip_vs", "blacklist", "",
+}
+
+// guestModprobeDirs are where the random modprobe.d files go (the guest's
+// own files there are left alone: ours are named ipvs-guard-test-*.conf).
+var guestModprobeDirs = []string{"/etc/modprobe.d", "/run/modprobe.d", "/usr/lib/modprobe.d"}
+
+// genModprobe writes random modprobe.d files of guestModprobeLines, some of
+// the same name in two directories (the first wins), some masked with a
+// link to /dev/null, some not ending in .conf.
+func genModprobe(t *testing.T, r *rand.Rand) {
+	t.Helper()
+	names := []string{"ipvs-guard-test-a.conf", "ipvs-guard-test-b.conf", "ipvs-guard-test-c.conf.off"}
+	for _, d := range guestModprobeDirs {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range names {
+			p := filepath.Join(d, n)
+			switch r.IntN(5) {
+			case 0, 1:
+				var b strings.Builder
+				for range 1 + r.IntN(3) {
+					b.WriteString(guestModprobeLines[r.IntN(len(guestModprobeLines))] + "\n")
+				}
+				if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			case 2:
+				if err := os.Symlink("/dev/null", p); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+}
+
+// clearModprobe removes what genModprobe wrote.
+func clearModprobe(t *testing.T) {
+	t.Helper()
+	for _, d := range guestModprobeDirs {
+		ms, _ := filepath.Glob(filepath.Join(d, "ipvs-guard-test-*"))
+		for _, m := range ms {
+			if err := os.Remove(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }
 
 // loadedRe matches what systemd-modules-load logs for a module it loaded,
@@ -71,6 +130,19 @@ func clearDecls(t *testing.T) {
 	}
 }
 
+// modprobeDump renders the random modprobe.d files for a failure message.
+func modprobeDump() string {
+	var b strings.Builder
+	for _, d := range guestModprobeDirs {
+		ms, _ := filepath.Glob(filepath.Join(d, "ipvs-guard-test-*"))
+		for _, m := range ms {
+			data, _ := os.ReadFile(m)
+			fmt.Fprintf(&b, "%s: %q\n", m, data)
+		}
+	}
+	return b.String()
+}
+
 type noLoader struct{}
 
 func (noLoader) Load(context.Context, []string) ([]string, error) { return nil, nil }
@@ -80,7 +152,12 @@ func (noLoader) Load(context.Context, []string) ([]string, error) { return nil, 
 // random modules-load.d trees written to the guest's own /etc, /run and
 // /usr/lib, the modules it loads after the fix (diagnose --fix's check,
 // loading left to systemd) are a superset of those it loaded before, and
-// include every IPVS module. GUEST_PROPERTY_TREES sets the count (default 40).
+// include every IPVS module that modprobe.d does not block. Random
+// modprobe.d files (blacklists, install commands, aliases) go with each
+// tree, so systemd-modules-load itself judges which modules they block: a
+// module ipvs-guard calls declared must be loaded by it under its name, and
+// a module missing after the fix must be one ipvs-guard says modprobe.d
+// blocks (boot_blocked). GUEST_PROPERTY_TREES sets the count (default 40).
 func TestGuestFixNeverLosesABootModule(t *testing.T) {
 	testenv.RequireGuest(t)
 	trees := 40
@@ -89,17 +166,33 @@ func TestGuestFixNeverLosesABootModule(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(20, 0))
 	desired := Desired("rr", nil)
-	t.Cleanup(func() { clearDecls(t); guest.ResetModules(t) })
+	t.Cleanup(func() { clearDecls(t); clearModprobe(t); guest.ResetModules(t) })
 	losses := 0
 	for i := range trees {
 		clearDecls(t)
+		clearModprobe(t)
 		genDecls(t, r, "/", guestWords)
+		genModprobe(t, r)
 		before := guestBootLoads(t)
 		res, err := NewChecker(Config{Root: hostfs.New("/"), Scheduler: "rr", Remediate: true, Loader: noLoader{}}).Run(testCtx(t))
 		if err != nil {
 			t.Fatalf("tree %d: --fix: %v", i, err)
 		}
 		after := guestBootLoads(t)
+		obs, err := Observe(hostfs.New("/"), "rr")
+		if err != nil {
+			t.Fatalf("tree %d: observing after the fix: %v", i, err)
+		}
+		blocked := map[string]string{}
+		var unsound []string
+		for _, f := range obs.Findings {
+			if f.BootBlocked != "" {
+				blocked[f.Module] = f.BootBlocked
+			}
+			if contains(desired, f.Module) && f.Declared && !f.Builtin && !after[f.Module] {
+				unsound = append(unsound, f.String())
+			}
+		}
 		var lost, missing []string
 		for m := range before {
 			if !after[m] {
@@ -107,15 +200,19 @@ func TestGuestFixNeverLosesABootModule(t *testing.T) {
 			}
 		}
 		for _, m := range desired {
-			if !after[m] {
+			if !after[m] && blocked[m] == "" {
 				missing = append(missing, m)
 			}
+		}
+		if len(unsound) > 0 {
+			t.Errorf("tree %d: ipvs-guard calls %q declared, but systemd-modules-load did not load them (loaded %v)\nmodprobe.d:\n%s",
+				i, unsound, setOf(after), modprobeDump())
 		}
 		if len(lost) > 0 || len(missing) > 0 {
 			losses++
 			b, _ := os.ReadFile(DefaultDeclarationFile)
-			t.Errorf("tree %d: lost %v, IPVS modules not loaded at boot %v\nbefore %v\nafter  %v\nactions %q\nipvs.conf now %q",
-				i, lost, missing, setOf(before), setOf(after), res.Actions, b)
+			t.Errorf("tree %d: lost %v, IPVS modules not loaded at boot %v (blocked: %v)\nbefore %v\nafter  %v\nactions %q\nipvs.conf now %q\nmodprobe.d:\n%s",
+				i, lost, missing, blocked, setOf(before), setOf(after), res.Actions, b, modprobeDump())
 		}
 	}
 	t.Logf("%d random trees in the guest, %d with a lost or missing boot module", trees, losses)
