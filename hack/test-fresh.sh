@@ -6,13 +6,14 @@
 #
 # The root is debootstrap's minbase of bookworm plus what a fresh machine of this project's
 # kind has before it runs anything of ours (make, git, ca-certificates), cached by that package
-# list under $CACHE_DIR/fresh/rootfs-<key>/. Every run enters a new copy of it: an overlay whose
+# list under $CACHE_DIR/fresh/rootfs-<key>/ (key: the suite and that list). Every run enters a new copy of it: an overlay whose
 # upper layer is thrown away, in a private mount and PID namespace (unshare + chroot). Inside,
 # each tier installs what it needs through its own script (apt_ensure), exactly as on a new
 # machine. Bound in: the checkout at its own path (read-write: bin/, fuzz findings), the Go
 # toolchain and the module cache read-only (GOPROXY=off: every module the tiers build must be
-# in go.sum), and two caches that only make a rerun faster and change no result: Go's build
-# cache and apt's downloaded .debs. $IPVS_GUARD_CACHE inside is empty.
+# in go.sum), and two caches that only make a build faster and change no result: the host's Go
+# build cache (content-addressed; the unit tier runs with -count=1) and apt's downloaded .debs
+# (verified by apt against the suite's signed lists). $IPVS_GUARD_CACHE inside is empty.
 #
 # FRESH_TIERS overrides the tiers run inside (default: "test-lint test-unit test-fuzz test-netns").
 source "$(dirname "$0")/lib.sh"
@@ -26,7 +27,7 @@ TIERS=${FRESH_TIERS:-test-lint test-unit test-fuzz test-netns}
 apt_ensure debootstrap util-linux
 
 # The pristine root, built once per package list.
-key=$({ cat "${BASH_SOURCE[0]}"; echo "$SUITE $PACKAGES"; } | sha256sum | cut -c1-16)
+key=$(echo "minbase $SUITE $PACKAGES" | sha256sum | cut -c1-16)
 base=$CACHE_DIR/fresh
 rootfs=$base/rootfs-$key
 mkdir -p "$base"
@@ -55,7 +56,7 @@ fi
 go mod download
 goroot=$(go env GOROOT)
 modcache=$(go env GOMODCACHE)
-gocache=$base/go-build
+gocache=$(go env GOCACHE)
 aptcache=$base/apt-archives
 mkdir -p "$gocache" "$aptcache/partial"
 # A worktree's .git is a file naming the common git directory: bind that too.
