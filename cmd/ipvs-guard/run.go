@@ -241,8 +241,35 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 	g.Go(func() error { mgr.Run(gctx); return nil })
 	g.Go(func() error { return a.Run(gctx) })
 	logger.Info("ipvs-guard agent running", "node", node, "checks", a.Enabled(), "remediate", opts.remediate)
-	if err := g.Wait(); err != nil && ctx.Err() == nil {
-		return err
+	return waitBounded(ctx, g.Wait, shutdownTimeout)
+}
+
+// shutdownTimeout bounds how long `run` waits after SIGTERM for its loop,
+// HTTP servers and informers to stop (DESIGN §8: "within a few seconds"),
+// well inside Kubernetes' default 30 s grace period, whatever the API
+// server does.
+const shutdownTimeout = 4 * time.Second
+
+// waitBounded returns wait's error if it returns before ctx ends (a
+// component failed). Once ctx ended it waits at most timeout more for
+// wait, then returns nil: what is still stopping is not worth a kill.
+func waitBounded(ctx context.Context, wait func() error, timeout time.Duration) error {
+	errc := make(chan error, 1)
+	go func() { errc <- wait() }()
+	select {
+	case err := <-errc:
+		if ctx.Err() == nil {
+			return err
+		}
+		return nil
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-errc:
+	case <-t.C:
+		klog.FromContext(ctx).Info("Exiting before every component stopped", "waited", timeout)
 	}
 	return nil
 }
