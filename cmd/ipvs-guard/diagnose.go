@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/checkset"
 	"github.com/ipvs-guard/ipvs-guard/pkg/diagnose"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
@@ -49,6 +50,12 @@ func (o *checkOptions) validate() error {
 		if err := kubeproxy.ValidateAddress(o.kubeProxyMetrics); err != nil {
 			return fmt.Errorf("--kube-proxy-metrics-address: %w", err)
 		}
+	}
+	// What the addresses alone say (not IP, not unicast); what this node's
+	// interfaces say (its own address, a subnet's broadcast) is checked
+	// when the arp check is built.
+	if _, err := arpcheck.ParseTargets(o.probeIPs, o.probeInterface); err != nil {
+		return fmt.Errorf("--probe-ip: %w", err)
 	}
 	return nil
 }

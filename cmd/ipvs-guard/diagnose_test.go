@@ -9,6 +9,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -106,4 +107,41 @@ func TestDiagnoseModulesCLI(t *testing.T) {
 			t.Errorf("file not repaired:\n%s", b)
 		}
 	})
+}
+
+// TestProbeIPUsageErrors: a --probe-ip no single host answers for is a
+// usage error (exit 2) found before anything is read or written, in
+// diagnose (even with --fix) and in run.
+func TestProbeIPUsageErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		ip   string
+	}{
+		{"IPv4 broadcast", "255.255.255.255"},
+		{"IPv4 all-hosts multicast", "224.0.0.1"},
+		{"SSDP multicast", "239.255.255.250"},
+		{"IPv6 all-nodes multicast", "ff02::1"},
+		{"IPv6 site-local multicast", "ff05::2"},
+		{"IPv4 unspecified", "0.0.0.0"},
+		{"IPv6 unspecified", "::"},
+		{"IPv4 loopback", "127.0.0.1"},
+		{"IPv6 loopback", "::1"},
+		{"one bad among good ones", "192.0.2.10,224.0.0.251"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := copyTestTree(t, "debian12")
+			out, code := runCLI(t, "diagnose", "--root", dir, "--fix", "--probe-ip", tt.ip)
+			if code != 2 || !strings.Contains(out, "--probe-ip") {
+				t.Errorf("diagnose: exit %d, want 2 and a --probe-ip error:\n%s", code, out)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "etc/modules-load.d/ipvs.conf")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("diagnose --fix wrote the declaration file after a usage error")
+			}
+			out, code = runCLI(t, "run", "--root", dir, "--node-name", "n1", "--probe-ip", tt.ip)
+			if code != 2 || !strings.Contains(out, "--probe-ip") {
+				t.Errorf("run: exit %d, want 2 and a --probe-ip error:\n%s", code, out)
+			}
+		})
+	}
 }
