@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/checkset"
 	"github.com/ipvs-guard/ipvs-guard/pkg/diagnose"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
@@ -141,9 +141,9 @@ func (o *checkOptions) diagnoseCluster() (*checkset.Cluster, error) {
 	if o.kubeconfig == "" {
 		return nil, nil
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	cfg, err := kube.RESTConfigFromKubeconfig(o.kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("loading --kubeconfig %s: %w", o.kubeconfig, err)
+		return nil, fmt.Errorf("--kubeconfig: %w", err)
 	}
 	cfg.Timeout = kubeAPITimeout
 	cfg.UserAgent = "ipvs-guard"

@@ -10,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // runCLI runs the root command with args and returns stdout and the exit code.
@@ -143,5 +145,66 @@ func TestProbeIPUsageErrors(t *testing.T) {
 				t.Errorf("run: exit %d, want 2 and a --probe-ip error:\n%s", code, out)
 			}
 		})
+	}
+}
+
+// TestKubeconfigNotARegularFile: a --kubeconfig naming a named pipe, a
+// device, a directory, a huge or a missing file is a clear error, exit 2,
+// at once (clientcmd alone would hang on the pipe and run out of memory on
+// /dev/zero), in diagnose and in run.
+func TestKubeconfigNotARegularFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	huge := filepath.Join(dir, "huge")
+	if err := os.WriteFile(huge, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(huge, 1<<30); err != nil { // sparse
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, path, want string
+	}{
+		{"named pipe", fifo, "it is a named pipe"},
+		{"/dev/zero", "/dev/zero", "it is a character device"},
+		{"directory", dir, "is a directory"},
+		{"huge file", huge, "4 MiB limit for a kubeconfig"},
+		{"missing file", filepath.Join(dir, "nosuch"), "no such file or directory"},
+	}
+	root := copyTestTree(t, "debian12")
+	for _, tt := range tests {
+		for _, cmd := range []string{"diagnose", "run"} {
+			t.Run(tt.name+"/"+cmd, func(t *testing.T) {
+				type result struct {
+					out  string
+					code int
+				}
+				done := make(chan result, 1)
+				go func() {
+					args := []string{cmd, "--root", root, "--node-name", "n1", "--kubeconfig", tt.path}
+					if cmd == "run" {
+						args = append(args, "--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", "0")
+					}
+					out, code := runCLI(t, args...)
+					done <- result{out, code}
+				}()
+				select {
+				case r := <-done:
+					if r.code != 2 || !strings.Contains(r.out, "--kubeconfig") || !strings.Contains(r.out, tt.want) {
+						t.Errorf("exit %d, want 2 and an error with %q:\n%s", r.code, tt.want, r.out)
+					}
+				case <-time.After(10 * time.Second):
+					if tt.path == fifo { // let the blocked reader go
+						if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+							f.Close()
+						}
+					}
+					t.Fatalf("%s --kubeconfig %s still running after 10 s", cmd, tt.path)
+				}
+			})
+		}
 	}
 }

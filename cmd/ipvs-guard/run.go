@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
@@ -106,9 +105,9 @@ func clusterClients(cfg *rest.Config) (kube.Interface, dynamic.Interface, metada
 // restConfig returns the kubeconfig's config, else the in-cluster one.
 func restConfig(kubeconfig string) (*rest.Config, error) {
 	if kubeconfig != "" {
-		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		cfg, err := kube.RESTConfigFromKubeconfig(kubeconfig)
 		if err != nil {
-			return nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
+			return nil, fmt.Errorf("--kubeconfig: %w", err)
 		}
 		return cfg, nil
 	}
