@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 )
 
 // runCLI runs the root command with args and returns stdout and the exit code.
@@ -206,5 +208,22 @@ func TestKubeconfigNotARegularFile(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestDiagnoseSilentKubeProxyCostsOneTimeout: several checks read
+// kube-proxy's metrics port; one that accepts connections and never
+// answers costs one request timeout in all, not one per read.
+func TestDiagnoseSilentKubeProxyCostsOneTimeout(t *testing.T) {
+	dir := copyTestTree(t, "debian12")
+	start := time.Now()
+	out, code := runCLI(t, "diagnose", "--root", dir, "--node-name", "n1", "--kube-proxy-metrics-address", blackhole(t))
+	took := time.Since(start)
+	t.Logf("diagnose took %s", took.Round(time.Millisecond))
+	if code != 1 || !strings.Contains(out, "did not answer") && !strings.Contains(out, "timeout") {
+		t.Errorf("exit %d, want 1 with the kube-proxy check's error:\n%s", code, out)
+	}
+	if limit := kubeproxy.DefaultTimeout + time.Second; took > limit {
+		t.Errorf("diagnose took %s with a silent kube-proxy, want under %s (one timeout)", took.Round(time.Millisecond), limit)
 	}
 }
