@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/pprof"
 	"os"
 	"runtime/debug"
 	"time"
@@ -224,7 +222,7 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 			srv.Handle("/metrics", metrics.Handler(reg))
 		}
 		if opts.profiling {
-			srv.Handle("/debug/pprof/", http.HandlerFunc(pprof.Index))
+			srv.HandleProfiling()
 		}
 		g.Go(func() error { return srv.Run(gctx) })
 	}

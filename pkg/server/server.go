@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -44,6 +45,19 @@ func New(addr string, healthz, readyz Check) (*Server, error) {
 			IdleTimeout:       90 * time.Second,
 		},
 	}, nil
+}
+
+// HandleProfiling mounts every handler of net/http/pprof under
+// /debug/pprof/: the index and named profiles (heap, goroutine, allocs...),
+// cmdline, profile (CPU), symbol and trace. The server's WriteTimeout does
+// not cut a long profile: net/http/pprof extends the write deadline of a
+// ?seconds=N request by N.
+func (s *Server) HandleProfiling() {
+	s.mux.HandleFunc("/debug/pprof/", pprof.Index)
+	s.mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	s.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	s.mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	s.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 }
 
 // Handle mounts another handler (e.g. /metrics) before Run.
