@@ -60,6 +60,16 @@ func (o *checkOptions) validate() error {
 	return nil
 }
 
+// usageArgs makes args' refusals usage errors.
+func usageArgs(args cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, a []string) error {
+		if err := args(cmd, a); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
+}
+
 // node returns the node name, falling back to the hostname.
 func (o *checkOptions) node() string {
 	if o.nodeName != "" {
@@ -78,13 +88,13 @@ func newDiagnoseCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "diagnose",
 		Short: "Run every check once, print a report with the fix, exit 0 healthy / 1 problems / 2 could not check",
-		Args:  cobra.NoArgs,
+		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "text" && output != "json" {
-				return fmt.Errorf("--output must be text or json, not %q", output)
+				return usageError{fmt.Errorf("--output must be text or json, not %q", output)}
 			}
 			if err := opts.validate(); err != nil {
-				return err
+				return usageError{err}
 			}
 			cfg := opts.config(fix)
 			kernel, _ := cfg.Root.KernelRelease()
@@ -104,7 +114,7 @@ func newDiagnoseCommand() *cobra.Command {
 				err = report.WriteText(cmd.OutOrStdout())
 			}
 			if err != nil {
-				return err
+				return outputError{err}
 			}
 			if code := report.ExitCode(); code != 0 {
 				return exitError{code}
