@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/checkset"
 	"github.com/ipvs-guard/ipvs-guard/pkg/diagnose"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
@@ -50,7 +51,23 @@ func (o *checkOptions) validate() error {
 			return fmt.Errorf("--kube-proxy-metrics-address: %w", err)
 		}
 	}
+	// What the addresses alone say (not IP, not unicast); what this node's
+	// interfaces say (its own address, a subnet's broadcast) is checked
+	// when the arp check is built.
+	if _, err := arpcheck.ParseTargets(o.probeIPs, o.probeInterface); err != nil {
+		return fmt.Errorf("--probe-ip: %w", err)
+	}
 	return nil
+}
+
+// usageArgs makes args' refusals usage errors.
+func usageArgs(args cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, a []string) error {
+		if err := args(cmd, a); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
 }
 
 // node returns the node name, falling back to the hostname.
@@ -71,13 +88,13 @@ func newDiagnoseCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "diagnose",
 		Short: "Run every check once, print a report with the fix, exit 0 healthy / 1 problems / 2 could not check",
-		Args:  cobra.NoArgs,
+		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "text" && output != "json" {
-				return fmt.Errorf("--output must be text or json, not %q", output)
+				return usageError{fmt.Errorf("--output must be text or json, not %q", output)}
 			}
 			if err := opts.validate(); err != nil {
-				return err
+				return usageError{err}
 			}
 			cfg := opts.config(fix)
 			kernel, _ := cfg.Root.KernelRelease()
@@ -97,7 +114,7 @@ func newDiagnoseCommand() *cobra.Command {
 				err = report.WriteText(cmd.OutOrStdout())
 			}
 			if err != nil {
-				return err
+				return outputError{err}
 			}
 			if code := report.ExitCode(); code != 0 {
 				return exitError{code}
@@ -134,9 +151,9 @@ func (o *checkOptions) diagnoseCluster() (*checkset.Cluster, error) {
 	if o.kubeconfig == "" {
 		return nil, nil
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	cfg, err := kube.RESTConfigFromKubeconfig(o.kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("loading --kubeconfig %s: %w", o.kubeconfig, err)
+		return nil, fmt.Errorf("--kubeconfig: %w", err)
 	}
 	cfg.Timeout = kubeAPITimeout
 	cfg.UserAgent = "ipvs-guard"

@@ -9,7 +9,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 )
 
 // runCLI runs the root command with args and returns stdout and the exit code.
@@ -106,4 +111,119 @@ func TestDiagnoseModulesCLI(t *testing.T) {
 			t.Errorf("file not repaired:\n%s", b)
 		}
 	})
+}
+
+// TestProbeIPUsageErrors: a --probe-ip no single host answers for is a
+// usage error (exit 2) found before anything is read or written, in
+// diagnose (even with --fix) and in run.
+func TestProbeIPUsageErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		ip   string
+	}{
+		{"IPv4 broadcast", "255.255.255.255"},
+		{"IPv4 all-hosts multicast", "224.0.0.1"},
+		{"SSDP multicast", "239.255.255.250"},
+		{"IPv6 all-nodes multicast", "ff02::1"},
+		{"IPv6 site-local multicast", "ff05::2"},
+		{"IPv4 unspecified", "0.0.0.0"},
+		{"IPv6 unspecified", "::"},
+		{"IPv4 loopback", "127.0.0.1"},
+		{"IPv6 loopback", "::1"},
+		{"one bad among good ones", "192.0.2.10,224.0.0.251"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := copyTestTree(t, "debian12")
+			out, code := runCLI(t, "diagnose", "--root", dir, "--fix", "--probe-ip", tt.ip)
+			if code != 2 || !strings.Contains(out, "--probe-ip") {
+				t.Errorf("diagnose: exit %d, want 2 and a --probe-ip error:\n%s", code, out)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "etc/modules-load.d/ipvs.conf")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("diagnose --fix wrote the declaration file after a usage error")
+			}
+			out, code = runCLI(t, "run", "--root", dir, "--node-name", "n1", "--probe-ip", tt.ip)
+			if code != 2 || !strings.Contains(out, "--probe-ip") {
+				t.Errorf("run: exit %d, want 2 and a --probe-ip error:\n%s", code, out)
+			}
+		})
+	}
+}
+
+// TestKubeconfigNotARegularFile: a --kubeconfig naming a named pipe, a
+// device, a directory, a huge or a missing file is a clear error, exit 2,
+// at once (clientcmd alone would hang on the pipe and run out of memory on
+// /dev/zero), in diagnose and in run.
+func TestKubeconfigNotARegularFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	huge := filepath.Join(dir, "huge")
+	if err := os.WriteFile(huge, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(huge, 1<<30); err != nil { // sparse
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, path, want string
+	}{
+		{"named pipe", fifo, "it is a named pipe"},
+		{"/dev/zero", "/dev/zero", "it is a character device"},
+		{"directory", dir, "is a directory"},
+		{"huge file", huge, "4 MiB limit for a kubeconfig"},
+		{"missing file", filepath.Join(dir, "nosuch"), "no such file or directory"},
+	}
+	root := copyTestTree(t, "debian12")
+	for _, tt := range tests {
+		for _, cmd := range []string{"diagnose", "run"} {
+			t.Run(tt.name+"/"+cmd, func(t *testing.T) {
+				type result struct {
+					out  string
+					code int
+				}
+				done := make(chan result, 1)
+				go func() {
+					args := []string{cmd, "--root", root, "--node-name", "n1", "--kubeconfig", tt.path}
+					if cmd == "run" {
+						args = append(args, "--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", "0")
+					}
+					out, code := runCLI(t, args...)
+					done <- result{out, code}
+				}()
+				select {
+				case r := <-done:
+					if r.code != 2 || !strings.Contains(r.out, "--kubeconfig") || !strings.Contains(r.out, tt.want) {
+						t.Errorf("exit %d, want 2 and an error with %q:\n%s", r.code, tt.want, r.out)
+					}
+				case <-time.After(10 * time.Second):
+					if tt.path == fifo { // let the blocked reader go
+						if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+							f.Close()
+						}
+					}
+					t.Fatalf("%s --kubeconfig %s still running after 10 s", cmd, tt.path)
+				}
+			})
+		}
+	}
+}
+
+// TestDiagnoseSilentKubeProxyCostsOneTimeout: several checks read
+// kube-proxy's metrics port; one that accepts connections and never
+// answers costs one request timeout in all, not one per read.
+func TestDiagnoseSilentKubeProxyCostsOneTimeout(t *testing.T) {
+	dir := copyTestTree(t, "debian12")
+	start := time.Now()
+	out, code := runCLI(t, "diagnose", "--root", dir, "--node-name", "n1", "--kube-proxy-metrics-address", blackhole(t))
+	took := time.Since(start)
+	t.Logf("diagnose took %s", took.Round(time.Millisecond))
+	if code != 1 || !strings.Contains(out, "did not answer") && !strings.Contains(out, "timeout") {
+		t.Errorf("exit %d, want 1 with the kube-proxy check's error:\n%s", code, out)
+	}
+	if limit := kubeproxy.DefaultTimeout + time.Second; took > limit {
+		t.Errorf("diagnose took %s with a silent kube-proxy, want under %s (one timeout)", took.Round(time.Millisecond), limit)
+	}
 }

@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/pprof"
 	"os"
 	"runtime/debug"
 	"time"
@@ -18,7 +16,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
@@ -106,9 +103,9 @@ func clusterClients(cfg *rest.Config) (kube.Interface, dynamic.Interface, metada
 // restConfig returns the kubeconfig's config, else the in-cluster one.
 func restConfig(kubeconfig string) (*rest.Config, error) {
 	if kubeconfig != "" {
-		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		cfg, err := kube.RESTConfigFromKubeconfig(kubeconfig)
 		if err != nil {
-			return nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
+			return nil, fmt.Errorf("--kubeconfig: %w", err)
 		}
 		return cfg, nil
 	}
@@ -225,7 +222,7 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 			srv.Handle("/metrics", metrics.Handler(reg))
 		}
 		if opts.profiling {
-			srv.Handle("/debug/pprof/", http.HandlerFunc(pprof.Index))
+			srv.HandleProfiling()
 		}
 		g.Go(func() error { return srv.Run(gctx) })
 	}
@@ -241,8 +238,35 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 	g.Go(func() error { mgr.Run(gctx); return nil })
 	g.Go(func() error { return a.Run(gctx) })
 	logger.Info("ipvs-guard agent running", "node", node, "checks", a.Enabled(), "remediate", opts.remediate)
-	if err := g.Wait(); err != nil && ctx.Err() == nil {
-		return err
+	return waitBounded(ctx, g.Wait, shutdownTimeout)
+}
+
+// shutdownTimeout bounds how long `run` waits after SIGTERM for its loop,
+// HTTP servers and informers to stop (DESIGN §8: "within a few seconds"),
+// well inside Kubernetes' default 30 s grace period, whatever the API
+// server does.
+const shutdownTimeout = 4 * time.Second
+
+// waitBounded returns wait's error if it returns before ctx ends (a
+// component failed). Once ctx ended it waits at most timeout more for
+// wait, then returns nil: what is still stopping is not worth a kill.
+func waitBounded(ctx context.Context, wait func() error, timeout time.Duration) error {
+	errc := make(chan error, 1)
+	go func() { errc <- wait() }()
+	select {
+	case err := <-errc:
+		if ctx.Err() == nil {
+			return err
+		}
+		return nil
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-errc:
+	case <-t.C:
+		klog.FromContext(ctx).Info("Exiting before every component stopped", "waited", timeout)
 	}
 	return nil
 }

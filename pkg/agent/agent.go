@@ -273,7 +273,11 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	if a.view != nil {
 		a.view.start(ctx.Done())
-		defer a.view.shutdown()
+		defer func() {
+			if !a.view.shutdown() {
+				logger.Info("Not waiting longer for the cluster informers to stop", "waited", a.view.stopTimeout)
+			}
+		}()
 		a.discoverL2(ctx)
 	}
 

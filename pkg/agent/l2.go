@@ -18,7 +18,9 @@ import (
 // startL2 starts the ServiceL2Status informer once discovery shows MetalLB's
 // CRD (it may be installed after the agent starts, so callers retry on each
 // resync); onChange, when not nil, is called on every change. It is a no-op
-// once the informer runs or when the view has no dynamic client.
+// once the informer runs or when the view has no dynamic client. The
+// discovery read takes DiscoveryTimeout at most; the informer runs until
+// ctx ends.
 func (v *ClusterView) startL2(ctx context.Context, onChange func()) {
 	if v.dyn == nil {
 		return
@@ -28,7 +30,11 @@ func (v *ClusterView) startL2(ctx context.Context, onChange func()) {
 	if v.HasServiceL2Status() {
 		return
 	}
-	list, err := v.client.ServerResourcesForGroupVersion(ctx, ServiceL2StatusGVR.GroupVersion().String())
+	// Bounded (DiscoveryTimeout): the agent's rest config sets no request
+	// timeout, since its watches must outlive any.
+	dctx, cancel := context.WithTimeout(ctx, v.discoveryTimeout)
+	list, err := v.client.ServerResourcesForGroupVersion(dctx, ServiceL2StatusGVR.GroupVersion().String())
+	cancel()
 	if err != nil {
 		if !apierrors.IsNotFound(err) {
 			klog.FromContext(ctx).V(2).Info("Cannot discover MetalLB ServiceL2Status yet", "err", err)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -72,6 +73,11 @@ type ClusterView struct {
 	// ipvs check, and for the unannounced-IP message.
 	endpoints, unannouncedEndpoints *endpointsOnDemand
 
+	// discoveryTimeout bounds the discovery read for MetalLB's CRD and
+	// stopTimeout the wait for the informers to stop (DiscoveryTimeout,
+	// InformerStopTimeout; fields for tests).
+	discoveryTimeout, stopTimeout time.Duration
+
 	// l2StartMu serialises startL2 (the ServiceL2Status informer starts once).
 	l2StartMu sync.Mutex
 	// mu guards l2 and l2Synced, set once the ServiceL2Status CRD is found.
@@ -79,6 +85,21 @@ type ClusterView struct {
 	l2       cache.GenericLister
 	l2Synced cache.InformerSynced
 }
+
+// Bounds of the view's own waits on the API server.
+const (
+	// DiscoveryTimeout bounds the discovery read for MetalLB's CRD. It runs
+	// on the agent's resync goroutine (and once before the loop starts): an
+	// API server that accepts connections and never answers must not stop
+	// the resync ticker, and with it every local check.
+	DiscoveryTimeout = 5 * time.Second
+	// InformerStopTimeout bounds how long stopping the view waits for its
+	// informers to return. client-go's reflector sleeps out its watch-list
+	// backoff (up to half a minute with jitter) without watching its stop
+	// channel; it returns on its own afterwards, and a process that exits on
+	// SIGTERM need not wait for it.
+	InformerStopTimeout = 2 * time.Second
+)
 
 // nodesResource is the Nodes resource, read metadata-only (nodemacs.go).
 var nodesResource = corev1.SchemeGroupVersion.WithResource("nodes")
@@ -126,6 +147,8 @@ func NewClusterView(nodeName string, client kube.Interface, dyn dynamic.Interfac
 		endpoints: newEndpointsOnDemand(client, true), unannouncedEndpoints: newEndpointsOnDemand(client, false),
 		peers: newPeerSet(nodeName, client, types.NamespacedName{}),
 		macs:  newMACDirectory(nil),
+
+		discoveryTimeout: DiscoveryTimeout, stopTimeout: InformerStopTimeout,
 	}
 	if meta != nil {
 		v.macs = newMACDirectory(meta.Resource(nodesResource))
@@ -137,8 +160,9 @@ func NewClusterView(nodeName string, client kube.Interface, dyn dynamic.Interfac
 // start starts every informer but ServiceL2Status's (startL2 does).
 func (v *ClusterView) start(stop <-chan struct{}) { v.informers.start(stop) }
 
-// shutdown waits for every informer to stop (call after stopping them).
-func (v *ClusterView) shutdown() { v.informers.wait() }
+// shutdown waits for every informer to stop (call after stopping them), at
+// most stopTimeout (see InformerStopTimeout); it reports whether they all did.
+func (v *ClusterView) shutdown() bool { return v.informers.wait(v.stopTimeout) }
 
 // informerSet runs informers once each and waits for them to stop.
 type informerSet struct {
@@ -164,8 +188,20 @@ func (s *informerSet) start(stop <-chan struct{}) {
 	s.started = len(s.all)
 }
 
-// wait waits until every started informer stopped.
-func (s *informerSet) wait() { s.wg.Wait() }
+// wait waits until every started informer stopped, at most timeout; it
+// reports whether they did.
+func (s *informerSet) wait(timeout time.Duration) bool {
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
 
 func (v *ClusterView) setL2(l cache.GenericLister, synced cache.InformerSynced) {
 	v.mu.Lock()

@@ -69,7 +69,10 @@ func StaticTargets(targets ...Target) TargetSource {
 // ParseTargets turns IP strings (each may be comma-separated) into targets
 // probed on iface (empty: chosen by route lookup). IPv4 and IPv6 addresses
 // are both accepted (IPv4-mapped IPv6 ones are IPv4); zones are not, since
-// the interface is chosen by route lookup or iface.
+// the interface is chosen by route lookup or iface. An address no single
+// host answers address resolution for (unspecified, loopback, multicast,
+// the IPv4 broadcast) is refused with ErrUnprobeable, before anything is
+// read or sent.
 func ParseTargets(ips []string, iface string) ([]Target, error) {
 	var out []Target
 	for _, s := range ips {
@@ -81,6 +84,9 @@ func ParseTargets(ips []string, iface string) ([]Target, error) {
 			ip, err := netip.ParseAddr(f)
 			if err != nil || ip.Zone() != "" {
 				return nil, fmt.Errorf("parsing probe IP %q: not an IPv4 or IPv6 address", f)
+			}
+			if err := checkUnicast(ip.Unmap()); err != nil {
+				return nil, err
 			}
 			out = append(out, Target{IP: ip.Unmap(), Interface: iface})
 		}

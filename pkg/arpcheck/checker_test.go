@@ -118,6 +118,44 @@ func TestParseTargets(t *testing.T) {
 	}
 }
 
+// TestParseTargetsRefusesNonUnicast: no single host answers address
+// resolution for these, so a probe would only time out.
+func TestParseTargetsRefusesNonUnicast(t *testing.T) {
+	tests := []struct {
+		name, ip string
+		wantErr  bool
+	}{
+		{"IPv4 limited broadcast", "255.255.255.255", true},
+		{"IPv4 all-hosts multicast", "224.0.0.1", true},
+		{"SSDP multicast", "239.255.255.250", true},
+		{"IPv4 multicast, mapped", "::ffff:224.0.0.251", true},
+		{"IPv4 unspecified", "0.0.0.0", true},
+		{"IPv4 loopback", "127.0.0.1", true},
+		{"IPv4 loopback, not the first", "127.1.2.3", true},
+		{"IPv6 all-nodes link-local multicast", "ff02::1", true},
+		{"IPv6 interface-local multicast", "ff01::1", true},
+		{"IPv6 global multicast", "ff0e::1", true},
+		{"IPv6 unspecified", "::", true},
+		{"IPv6 loopback", "::1", true},
+		{"IPv4 unicast", "192.0.2.10", false},
+		{"IPv4 link-local unicast", "169.254.10.1", false},
+		{"IPv4 last before multicast", "223.255.255.254", false},
+		{"IPv6 unicast", "2001:db8::10", false},
+		{"IPv6 unique local", "fd00::a", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseTargets([]string{"192.0.2.1," + tt.ip}, "")
+			if tt.wantErr && !errors.Is(err, ErrUnprobeable) {
+				t.Errorf("ParseTargets(%s) = %v, want ErrUnprobeable", tt.ip, err)
+			}
+			if !tt.wantErr && err != nil {
+				t.Errorf("ParseTargets(%s) = %v, want no error", tt.ip, err)
+			}
+		})
+	}
+}
+
 func TestChecker(t *testing.T) {
 	macA := mustMAC(t, "52:54:00:00:00:0a")
 	macB := mustMAC(t, "52:54:00:00:00:0b")

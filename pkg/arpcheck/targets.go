@@ -12,7 +12,9 @@ import (
 )
 
 // ErrUnprobeable wraps the refusal of a probe target no host can answer
-// for: an address of this node, or a subnet's network or broadcast address.
+// for: an address of this node, a subnet's network or broadcast address, or
+// an address that is not unicast (unspecified, loopback, multicast, the
+// IPv4 broadcast).
 var ErrUnprobeable = errors.New("no host answers address resolution for it")
 
 // ErrNoInterface: the interface named to probe on does not exist.
@@ -49,6 +51,30 @@ func HostInterfaces() (LocalInterfaces, error) {
 		}
 	}
 	return out, nil
+}
+
+// limitedBroadcast is IPv4's all-ones broadcast address.
+var limitedBroadcast = netip.AddrFrom4([4]byte{255, 255, 255, 255})
+
+// checkUnicast refuses an address that names no single host on a link:
+// ARP and neighbour discovery resolve unicast addresses only (RFC 826,
+// RFC 4861 §7.2.2), so a probe of one would only time out and be reported
+// as a silent IP (or, for loopback, never leave the node).
+func checkUnicast(ip netip.Addr) error {
+	var what string
+	switch {
+	case ip.IsUnspecified():
+		what = "the unspecified address"
+	case ip.IsLoopback():
+		what = "a loopback address"
+	case ip == limitedBroadcast:
+		what = "the IPv4 broadcast address"
+	case ip.IsMulticast():
+		what = "a multicast address"
+	default:
+		return nil
+	}
+	return fmt.Errorf("probe IP %s is %s: %w", ip, what, ErrUnprobeable)
 }
 
 // CheckTargets refuses, before any probe, what a probe cannot answer:

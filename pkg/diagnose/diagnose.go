@@ -40,6 +40,17 @@ type Report struct {
 	Kernel string `json:"kernel"`
 	// Checks are the results, in the order the checks ran.
 	Checks []check.Result `json:"checks"`
+	// Error, when set, says why no check ran (a usage error, an unreadable
+	// --kubeconfig): Checks is then empty and the exit code ExitError.
+	Error string `json:"error,omitempty"`
+	// Usage marks Error as a usage error: a flag or argument no run can use.
+	Usage bool `json:"usage,omitempty"`
+}
+
+// Failed returns the report of a run that stopped before any check ran,
+// because of err (usage: a usage error). Healthy is false.
+func Failed(node string, err error, usage bool) Report {
+	return Report{Node: node, Checks: []check.Result{}, Error: err.Error(), Usage: usage}
 }
 
 // Run runs each checker once, in order, and assembles the report. When ctx
@@ -75,8 +86,12 @@ func normalize(r check.Result) check.Result {
 }
 
 // ExitCode returns the exit code the report calls for: 1 when any check found
-// a problem (even if another errored), else 2 when any check errored, else 0.
+// a problem (even if another errored), else 2 when any check errored or no
+// check ran (Error), else 0.
 func (r Report) ExitCode() int {
+	if r.Error != "" {
+		return ExitError
+	}
 	code := ExitHealthy
 	for _, c := range r.Checks {
 		switch c.Status {

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -62,11 +63,33 @@ func ValidateAddress(addr string) error {
 	return nil
 }
 
-// Client reads kube-proxy's metrics port.
+// ErrNotAnswering wraps the errors of requests not sent because an earlier
+// one to the same metrics port timed out moments ago (see Client).
+var ErrNotAnswering = errors.New("kube-proxy's metrics port did not answer")
+
+// Client reads kube-proxy's metrics port. Safe for concurrent use.
+//
+// A kube-proxy that accepts connections and never answers costs one
+// timeout, not one per read: after a request times out, the reads of the
+// next few timeouts' worth of time (quietFactor × timeout) fail at once with
+// ErrNotAnswering. The checks of one diagnose run (or of one agent pass)
+// read the port several times within seconds; the next resync asks again.
 type Client struct {
 	address string
 	http    *http.Client
+	timeout time.Duration
+	now     func() time.Time
+
+	// mu guards quietUntil and quietErr: until quietUntil, get returns
+	// quietErr (the timeout that started the quiet) without a request.
+	mu         sync.Mutex
+	quietUntil time.Time
+	quietErr   error
 }
+
+// quietFactor × the request timeout is how long a timed-out metrics port is
+// not asked again.
+const quietFactor = 5
 
 // NewClient returns a Client for the metrics port at address (host:port,
 // e.g. DefaultMetricsAddress); timeout bounds each request (0 means
@@ -76,7 +99,7 @@ func NewClient(address string, timeout time.Duration) *Client {
 		timeout = DefaultTimeout
 	}
 	tr := &http.Transport{Proxy: nil, DisableKeepAlives: true, ResponseHeaderTimeout: timeout}
-	return &Client{address: address, http: &http.Client{Timeout: timeout, Transport: tr,
+	return &Client{address: address, timeout: timeout, now: time.Now, http: &http.Client{Timeout: timeout, Transport: tr,
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			if req.URL.Scheme != "http" || req.URL.Host != address || len(via) >= 3 {
 				return fmt.Errorf("%w: %s", ErrRedirect, req.URL.Redacted())
@@ -94,16 +117,21 @@ func (c *Client) get(ctx context.Context, path string, maxBody int64) ([]byte, e
 	if err != nil {
 		return nil, fmt.Errorf("building request for %s: %w", url, err)
 	}
+	if err := c.quiet(); err != nil {
+		return nil, fmt.Errorf("GET %s: %w", url, err)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			return nil, fmt.Errorf("GET %s: %w: %w", url, ErrUnreachable, err)
 		}
+		c.noteTimeout(ctx, err)
 		return nil, fmt.Errorf("GET %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
+		c.noteTimeout(ctx, err)
 		return nil, fmt.Errorf("GET %s: reading body: %w", url, err)
 	}
 	if int64(len(body)) > maxBody {
@@ -113,6 +141,29 @@ func (c *Client) get(ctx context.Context, path string, maxBody int64) ([]byte, e
 		return nil, fmt.Errorf("GET %s: HTTP %d: %s", url, resp.StatusCode, strings.TrimSpace(string(firstLine(body))))
 	}
 	return body, nil
+}
+
+// quiet returns the error to fail with while the port is not asked (a
+// request timed out moments ago), else nil.
+func (c *Client) quiet() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.quietErr == nil || !c.now().Before(c.quietUntil) {
+		return nil
+	}
+	return fmt.Errorf("%w: an earlier request timed out (not asked again until %s): %w", ErrNotAnswering, c.quietUntil.Format("15:04:05"), c.quietErr)
+}
+
+// noteTimeout starts a quiet period when err is the request's own timeout
+// (not the caller's context ending: that says nothing about kube-proxy).
+func (c *Client) noteTimeout(ctx context.Context, err error) {
+	var ne net.Error
+	if ctx.Err() != nil || !errors.As(err, &ne) || !ne.Timeout() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.quietUntil, c.quietErr = c.now().Add(quietFactor*c.timeout), err
 }
 
 func firstLine(b []byte) []byte {

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -155,5 +156,64 @@ func TestSchedulerResolverRemembers(t *testing.T) {
 	}
 	if s, from := NewSchedulerResolver("wrr", src).Resolve(ctx); s != "wrr" || from != FromFlag {
 		t.Errorf("override: %q from %q", s, from)
+	}
+}
+
+// TestClientTimeoutCostsOneTimeout: a kube-proxy that accepts connections
+// and never answers costs one timeout for every read in the next
+// quietFactor timeouts (a diagnose run reads the port from four checks),
+// then it is asked again; the caller's own context ending starts no quiet.
+func TestClientTimeoutCostsOneTimeout(t *testing.T) {
+	var requests atomic.Int64
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() { close(release); srv.Close() })
+	const timeout = 200 * time.Millisecond
+	c := NewClient(strings.TrimPrefix(srv.URL, "http://"), timeout)
+	now := time.Now()
+	c.now = func() time.Time { return now }
+	ctx := context.Background()
+
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := c.ProxyMode(cancelled); err == nil || errors.Is(err, ErrNotAnswering) {
+		t.Fatalf("cancelled: %v", err)
+	}
+	start := time.Now()
+	if _, err := c.ProxyMode(ctx); err == nil || errors.Is(err, ErrNotAnswering) {
+		t.Fatalf("first read: err = %v, want its timeout", err)
+	}
+	sent := requests.Load()
+	reads := []struct {
+		name string
+		read func() error
+	}{
+		{"/proxyMode", func() error { _, err := c.ProxyMode(ctx); return err }},
+		{"/configz", func() error { _, err := c.Configz(ctx); return err }},
+		{"/metrics", func() error { _, err := c.Version(ctx); return err }},
+	}
+	for _, r := range reads {
+		if err := r.read(); !errors.Is(err, ErrNotAnswering) || !strings.Contains(err.Error(), r.name) {
+			t.Errorf("%s after a timeout: err = %v, want ErrNotAnswering naming the path", r.name, err)
+		}
+	}
+	if took := time.Since(start); took > 2*timeout {
+		t.Errorf("four reads of a silent port took %s, want one timeout (%s)", took.Round(time.Millisecond), timeout)
+	}
+	if n := requests.Load(); n != sent {
+		t.Errorf("%d requests sent during the quiet period", n-sent)
+	}
+	now = now.Add(quietFactor * timeout)
+	if _, err := c.Configz(ctx); err == nil || errors.Is(err, ErrNotAnswering) {
+		t.Errorf("after the quiet period: err = %v, want a new request's timeout", err)
+	}
+	if n := requests.Load(); n != sent+1 {
+		t.Errorf("after the quiet period: %d requests, want 1", n-sent)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -46,13 +47,32 @@ func New(addr string, healthz, readyz Check) (*Server, error) {
 	}, nil
 }
 
+// HandleProfiling mounts every handler of net/http/pprof under
+// /debug/pprof/: the index and named profiles (heap, goroutine, allocs...),
+// cmdline, profile (CPU), symbol and trace. The server's WriteTimeout does
+// not cut a long profile: net/http/pprof extends the write deadline of a
+// ?seconds=N request by N.
+func (s *Server) HandleProfiling() {
+	s.mux.HandleFunc("/debug/pprof/", pprof.Index)
+	s.mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	s.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	s.mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	s.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+}
+
 // Handle mounts another handler (e.g. /metrics) before Run.
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
 // Addr returns the address the server listens on.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
-// Run serves until ctx is done, then shuts down gracefully (5 s at most).
+// ShutdownTimeout is how long Run lets requests in flight finish once its
+// context ends; then it closes their connections. A process stopping on
+// SIGTERM has a few seconds in all (DESIGN §8).
+const ShutdownTimeout = 2 * time.Second
+
+// Run serves until ctx is done, then shuts down gracefully
+// (ShutdownTimeout at most, then the connections still open are closed).
 // It returns nil after a clean shutdown.
 func (s *Server) Run(ctx context.Context) error {
 	errc := make(chan error, 1)
@@ -62,9 +82,12 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("serving on %s: %w", s.Addr(), err)
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownTimeout)
 	defer cancel()
 	if err := s.srv.Shutdown(sctx); err != nil {
+		// A request outlived the grace (a long profile, a slow client).
+		_ = s.srv.Close()
+		<-errc
 		return fmt.Errorf("shutting down %s: %w", s.Addr(), err)
 	}
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
