@@ -168,12 +168,8 @@ func EnsureKernel(ctx context.Context, cacheDir, kver string, a *Apt, u *Userlan
 	if err := run(ctx, "", logw, "dpkg", "-x", debs[0], root); err != nil {
 		return "", fmt.Errorf("dpkg -x %s: %w", debs[0], err)
 	}
-	// Debian 13's packages ship merged-/usr paths (usr/lib/modules); give the
-	// tree the /lib link a merged-/usr system has, so every tool finds lib/modules.
-	if !exists(filepath.Join(root, "lib")) && exists(filepath.Join(root, "usr", "lib", "modules", kver)) {
-		if err := os.Symlink("usr/lib", filepath.Join(root, "lib")); err != nil {
-			return "", err
-		}
+	if err := mergeUsr(root, kver); err != nil {
+		return "", err
 	}
 	if !exists(filepath.Join(root, "lib", "modules", kver)) {
 		return "", fmt.Errorf("%s has no lib/modules/%s", pkg, kver)
@@ -216,6 +212,16 @@ func EnsureKernel(ctx context.Context, cacheDir, kver string, a *Apt, u *Userlan
 		return "", err
 	}
 	return dir, os.WriteFile(filepath.Join(dir, ".ready"), nil, 0o644)
+}
+
+// mergeUsr gives an unpacked kernel package that ships merged-/usr paths
+// (Debian 13: usr/lib/modules/<kver>) the /lib link a merged-/usr system
+// has, so depmod -b, modprobe -d and the base image find lib/modules.
+func mergeUsr(root, kver string) error {
+	if exists(filepath.Join(root, "lib")) || !exists(filepath.Join(root, "usr", "lib", "modules", kver)) {
+		return nil
+	}
+	return os.Symlink("usr/lib", filepath.Join(root, "lib"))
 }
 
 // xzMagic starts an xz stream, zstdMagic a zstd frame.

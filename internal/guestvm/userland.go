@@ -314,25 +314,21 @@ func (u *Userland) find(candidates []string) (string, error) {
 var libDirs = []string{"/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib", "/lib",
 	"/usr/lib/x86_64-linux-gnu/systemd", "/usr/lib/systemd", "/lib/systemd"}
 
-// resolveIn resolves guest path p inside root, following symlinks
-// (absolute ones relative to root), and returns the host path of a regular
-// file.
+// resolveIn resolves guest path p inside root, following symlinks of the
+// file and of its directories (absolute ones relative to root, so nothing
+// leads out of it), and returns the host path of a regular file.
 func resolveIn(root, p string) (string, error) {
+	p = path.Clean("/" + p)
 	for range 40 {
+		dir, err := resolveDirIn(root, path.Dir(p))
+		if err != nil {
+			return "", err
+		}
+		p = path.Join(dir, path.Base(p))
 		host := filepath.Join(root, p)
 		fi, err := os.Lstat(host)
 		if err != nil {
-			// A parent may be a link (lib64 → usr/lib64): resolve it.
-			dir, base := path.Split(p)
-			if dir == "/" || dir == "" {
-				return "", err
-			}
-			rdir, derr := resolveDirIn(root, path.Clean(dir))
-			if derr != nil || rdir == path.Clean(dir) {
-				return "", err
-			}
-			p = path.Join(rdir, base)
-			continue
+			return "", err
 		}
 		if fi.Mode()&os.ModeSymlink == 0 {
 			if !fi.Mode().IsRegular() {
@@ -466,29 +462,34 @@ func dlopenNotes(f *elf.File) []string {
 		if s.Type != elf.SHT_NOTE || s.Name != ".note.dlopen" {
 			continue
 		}
-		data, err := s.Data()
-		if err != nil {
-			continue
+		if data, err := s.Data(); err == nil {
+			names = append(names, parseDlopenNotes(data)...)
 		}
-		for len(data) >= 12 {
-			namesz := binary.LittleEndian.Uint32(data[0:])
-			descsz := binary.LittleEndian.Uint32(data[4:])
-			off := 12 + align4(namesz)
-			end := off + align4(descsz)
-			if uint64(end) > uint64(len(data)) {
-				break
-			}
-			desc := bytes.TrimRight(data[off:off+descsz], "\x00")
-			var entries []struct {
-				Soname []string `json:"soname"`
-			}
-			if json.Unmarshal(desc, &entries) == nil {
-				for _, e := range entries {
-					names = append(names, e.Soname...)
-				}
-			}
-			data = data[end:]
+	}
+	return names
+}
+
+// parseDlopenNotes returns the sonames in a .note.dlopen section's notes.
+func parseDlopenNotes(data []byte) []string {
+	var names []string
+	for len(data) >= 12 {
+		namesz := binary.LittleEndian.Uint32(data[0:])
+		descsz := binary.LittleEndian.Uint32(data[4:])
+		off := uint64(12) + uint64(align4(namesz))
+		end := off + uint64(align4(descsz))
+		if end > uint64(len(data)) || off+uint64(descsz) > uint64(len(data)) {
+			break
 		}
+		desc := bytes.TrimRight(data[off:off+uint64(descsz)], "\x00")
+		var entries []struct {
+			Soname []string `json:"soname"`
+		}
+		if json.Unmarshal(desc, &entries) == nil {
+			for _, e := range entries {
+				names = append(names, e.Soname...)
+			}
+		}
+		data = data[end:]
 	}
 	return names
 }
