@@ -186,6 +186,7 @@ Dir::State "%[1]s";
 Dir::State::Lists "%[1]s/lists";
 Dir::State::status "%[1]s/status";
 Dir::Cache "%[1]s/cache";
+Dir::Cache::srcpkgcache "";
 Dir::Etc::SourceList "%[1]s/sources.list";
 Dir::Etc::SourceParts "%[1]s/empty";
 Dir::Etc::Parts "%[1]s/empty";
