@@ -254,3 +254,76 @@ func TestParseDlopenNotes(t *testing.T) {
 		}
 	}
 }
+
+// TestStageUserland builds a userland root from the host's own kmod and
+// systemd-modules-load with their libraries, stages it as the guest would
+// get it, and runs the staged programs through the staged loader: kmod's
+// multi-call dispatch on argv[0] and systemd-modules-load's libraries
+// must work with nothing but /opt/debian-<suite>/.
+func TestStageUserland(t *testing.T) {
+	u := &Userland{Suite: "test", Dir: t.TempDir(), Packages: []string{"kmod 1", "systemd 2"}}
+	root := u.Root()
+	var progs []string
+	for _, p := range []string{"/usr/bin/kmod", "/usr/lib/systemd/systemd-modules-load"} {
+		if _, err := os.Stat(p); err != nil {
+			t.Skipf("host has no %s", p)
+		}
+		progs = append(progs, p)
+	}
+	for _, p := range progs {
+		files := append([]string{p}, lddLibraries(t.Context(), p)...)
+		for _, f := range files {
+			if err := copyFile(f, filepath.Join(root, guestPath(f))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// dpkg -x keeps the loader's absolute link.
+	if err := os.MkdirAll(filepath.Join(root, "lib64"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if !exists(filepath.Join(root, "usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2")) {
+		if err := copyFile("/lib64/ld-linux-x86-64.so.2", filepath.Join(root, "usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stage := t.TempDir()
+	if err := u.stageUserland(stage); err != nil {
+		t.Fatal(err)
+	}
+	prefix := filepath.Join(stage, userlandPrefix("test"))
+	for _, w := range []string{"usr/lib/systemd/systemd-modules-load", "usr/libexec/kmod/modprobe", "usr/libexec/kmod/kmod"} {
+		raw, err := os.ReadFile(filepath.Join(stage, w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(raw), "exec /opt/debian-test/ld.so --library-path /opt/debian-test/lib /opt/debian-test/bin/"+filepath.Base(w)+` "$@"`) {
+			t.Errorf("wrapper %s:\n%s", w, raw)
+		}
+	}
+	for _, soname := range []string{"libkmod.so.2", "libc.so.6"} {
+		if !exists(filepath.Join(prefix, "lib", soname)) {
+			t.Errorf("staged libraries lack %s", soname)
+		}
+	}
+	for _, tc := range []struct {
+		prog string
+		args []string
+		want string
+	}{
+		{"modprobe", []string{"--version"}, "kmod version"},
+		{"lsmod", nil, "Module"},
+		{"systemd-modules-load", []string{"--version"}, "systemd"},
+	} {
+		cmd := exec.Command(filepath.Join(prefix, "ld.so"), append([]string{"--library-path", filepath.Join(prefix, "lib"),
+			filepath.Join(prefix, "bin", tc.prog)}, tc.args...)...)
+		cmd.Env = []string{"LD_LIBRARY_PATH="}
+		out, err := cmd.CombinedOutput()
+		if tc.prog == "lsmod" && err != nil && strings.Contains(string(out), "/proc/modules") {
+			continue // no module support on this host: kmod still ran as lsmod
+		}
+		if err != nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%s %v: %v\n%s", tc.prog, tc.args, err, out)
+		}
+	}
+}
