@@ -312,6 +312,7 @@ func TestStageUserland(t *testing.T) {
 		want string
 	}{
 		{"modprobe", []string{"--version"}, "kmod version"},
+		{"insmod", nil, "insmod: ERROR: missing filename"}, // argv[0] dispatch, not kmod's "missing command"
 		{"lsmod", nil, "Module"},
 		{"systemd-modules-load", []string{"--version"}, "systemd"},
 	} {
@@ -321,6 +322,9 @@ func TestStageUserland(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		if tc.prog == "lsmod" && err != nil && strings.Contains(string(out), "/proc/modules") {
 			continue // no module support on this host: kmod still ran as lsmod
+		}
+		if tc.prog == "insmod" {
+			err = nil // it exits 1 without a file
 		}
 		if err != nil || !strings.Contains(string(out), tc.want) {
 			t.Errorf("%s %v: %v\n%s", tc.prog, tc.args, err, out)
