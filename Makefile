@@ -82,10 +82,16 @@ bench-diagnose:
 bench-hostile:
 	hack/bench-hostile.sh
 
-## test-guest: guest-tagged tests inside a stock Debian kernel under QEMU (hack/guest/README.md)
+## test-guest: guest-tagged tests inside stock Debian kernels under QEMU: all on bookworm's 6.1; module loading, systemd-modules-load and IPVS also on bullseye's 5.10 and trixie's 6.12 (.ko.xz), each judged by its own release's systemd (hack/guest/README.md)
 .PHONY: test-guest
 test-guest:
 	hack/guest/test.sh
+
+## test-kernels: every guest-tagged test on every pinned Debian kernel (hack/guest/kernels/)
+.PHONY: test-kernels
+test-kernels:
+	@echo "--- tier: kernels"
+	hack/guest/test.sh --all-packages
 
 ## bench-guest: module loading in the guest kernel, ipvs-guard vs kmod modprobe (ratio)
 .PHONY: bench-guest

@@ -65,6 +65,8 @@ fi
 # modules loaded before any test ran (internal/guest.ResetModules restores it).
 mkdir -p /run/ipvs-guard-guest
 uname -r >/run/ipvs-guard-guest/kernel
+cp /usr/lib/ipvs-guard-guest/release /run/ipvs-guard-guest/release
+echo "guest: Debian $(cat /run/ipvs-guard-guest/release), kernel $(uname -r); systemd-modules-load and kmod: $(cat /usr/lib/ipvs-guard-guest/judges)"
 cut -d' ' -f1 /proc/modules >/run/ipvs-guard-guest/modules.baseline
 : >/run/ipvs-guard-guest/modprobe.log
 

@@ -5,6 +5,8 @@
 #
 # Cache layout ($CACHE_DIR/guest/, keyed by the kernel version): <kver>/root/
 # (dpkg -x + depmod), <kver>/vmlinuz, <kver>/vmlinux (PVH), <kver>/base-<key>.cpio,
+# apt/<suite>/ (private apt state of another Debian release),
+# userland/<suite>-<key>/ (that release's systemd, kmod and libraries),
 # runs/<name>-<pid>/ (one run; removed after). See hack/guest/README.md.
 
 # shellcheck source=../lib.sh
@@ -12,9 +14,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
 GUEST_DIR=$REPO_ROOT/hack/guest
 # Debian packages the harness needs on the host. systemd provides
-# /lib/systemd/systemd-modules-load, which the guest runs as the reference.
+# /lib/systemd/systemd-modules-load, which the guest runs as the reference
+# when it boots the host's release's kernel; another release's comes from
+# that release's packages, read with debian-archive-keyring's keys.
 GUEST_HOST_PACKAGES=(qemu-system-x86 busybox-static kmod ipvsadm iproute2 iputils-arping gzip
-	xz-utils systemd libc-bin coreutils util-linux)
+	xz-utils systemd libc-bin coreutils util-linux debian-archive-keyring)
 
 # guestctl builds hack/guestctl into bin/ (cached by go build) and runs it.
 guestctl() {
@@ -22,7 +26,8 @@ guestctl() {
 	REPO_ROOT=$REPO_ROOT IPVS_GUARD_CACHE=$CACHE_DIR "$REPO_ROOT/bin/guestctl" "$@"
 }
 
-# guest_kernel_version prints the Debian kernel to use (hack/guest/KERNEL_VERSION).
+# guest_kernel_version prints the Debian kernel to use (hack/guest/kernels/$GUEST_RELEASE,
+# default bookworm).
 guest_kernel_version() { guestctl kernel-version; }
 
 # guest_ensure_kernel downloads and unpacks linux-image-<kver> once; prints its directory.

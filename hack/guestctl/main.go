@@ -7,14 +7,16 @@
 // `guestctl packages`), then call it.
 //
 //	guestctl packages                 apt packages the manifests' pkg lines name
-//	guestctl kernel-version           the Debian kernel to use
+//	guestctl releases                 the Debian releases with a pinned kernel (hack/guest/kernels/)
+//	guestctl kernel-version           the Debian kernel to use ($GUEST_RELEASE's pin)
 //	guestctl kernel [VERSION]         download and unpack it once; print its cache directory
 //	guestctl base [-manifest M]       prepare kernel and base image; print the image's path
 //	guestctl test [-bench] [flags]    pack the guest-tagged Go tests, boot, exit with their code
 //	guestctl run -main SCRIPT [flags] pack SCRIPT as /guest/main, boot, exit with its code
 //
 // The knobs of hack/guest/README.md (GUEST_MANIFESTS, GUEST_TIMEOUT,
-// GUEST_NET, …) are read from the environment; flags override them.
+// GUEST_NET, GUEST_RELEASE, …) are read from the environment; flags
+// override them.
 // Exit codes of test and run: the guest's, 3 when it crashed or timed out,
 // 2 for a usage or preparation error.
 package main
@@ -51,6 +53,8 @@ func main() {
 // env is the guest's environment configuration (hack/guest/README.md).
 type env struct {
 	repo, cache string
+	// release is $GUEST_RELEASE ("" is guestvm.DefaultRelease).
+	release string
 }
 
 func newEnv() (env, error) {
@@ -63,7 +67,7 @@ func newEnv() (env, error) {
 		repo = wd
 	}
 	cache := cmp.Or(os.Getenv("IPVS_GUARD_CACHE"), filepath.Join(repo, ".cache"))
-	return env{repo: repo, cache: cache}, nil
+	return env{repo: repo, cache: cache, release: os.Getenv("GUEST_RELEASE")}, nil
 }
 
 // manifests reads base.manifest, $GUEST_MANIFESTS and the one-off additions.
@@ -87,7 +91,7 @@ func (e env) manifests(extra []string) ([]guestvm.Manifest, error) {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
 	if len(args) == 0 {
-		return 0, errors.New("usage: guestctl packages|kernel-version|kernel|base|test|run [flags]")
+		return 0, errors.New("usage: guestctl packages|releases|kernel-version|kernel|base|test|run [flags]")
 	}
 	e, err := newEnv()
 	if err != nil {
@@ -103,21 +107,44 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 			fmt.Fprintln(stdout, p)
 		}
 		return 0, nil
+	case "releases":
+		names, err := guestvm.Releases(e.repo)
+		if err != nil {
+			return 0, err
+		}
+		for _, n := range names {
+			fmt.Fprintln(stdout, n)
+		}
+		return 0, nil
 	case "kernel-version":
-		v, err := guestvm.KernelVersion(ctx, e.repo, e.cache, stderr)
+		rel, err := guestvm.LoadRelease(e.repo, e.cache, e.release)
+		if err != nil {
+			return 0, err
+		}
+		v, err := guestvm.KernelVersion(ctx, rel, e.cache, stderr)
 		if err != nil {
 			return 0, err
 		}
 		fmt.Fprintln(stdout, v)
 		return 0, nil
 	case "kernel":
+		rel, err := guestvm.LoadRelease(e.repo, e.cache, e.release)
+		if err != nil {
+			return 0, err
+		}
 		v := ""
 		if len(args) > 0 {
 			v = args[0]
-		} else if v, err = guestvm.KernelVersion(ctx, e.repo, e.cache, stderr); err != nil {
+		} else if v, err = guestvm.KernelVersion(ctx, rel, e.cache, stderr); err != nil {
 			return 0, err
 		}
-		dir, err := guestvm.EnsureKernel(ctx, e.cache, v, stderr)
+		var u *guestvm.Userland
+		if !rel.Host {
+			if u, err = guestvm.EnsureUserland(ctx, e.cache, rel.Apt, stderr); err != nil {
+				return 0, err
+			}
+		}
+		dir, err := guestvm.EnsureKernel(ctx, e.cache, v, rel.Apt, u, stderr)
 		if err != nil {
 			return 0, err
 		}
@@ -141,7 +168,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 }
 
 func (e env) prepare(ctx context.Context, ms []guestvm.Manifest, logw io.Writer) (*guestvm.Image, error) {
-	return guestvm.Prepare(ctx, guestvm.PrepareOptions{RepoRoot: e.repo, CacheDir: e.cache, Manifests: ms,
+	return guestvm.Prepare(ctx, guestvm.PrepareOptions{RepoRoot: e.repo, CacheDir: e.cache, Release: e.release, Manifests: ms,
 		BzImage: os.Getenv("GUEST_BZIMAGE") == "1", Log: logw})
 }
 
@@ -178,6 +205,7 @@ func (e env) boot(ctx context.Context, cmd string, args []string, stdout, stderr
 	if err != nil {
 		return 0, err
 	}
+	fmt.Fprintf(stderr, "==> Debian %s, kernel %s\n", img.Release, img.KernelVersion)
 
 	runDir := *dir
 	if runDir == "" {

@@ -3,7 +3,7 @@
 # Builds the node tier's Debian 12 root filesystem once and prints its directory:
 # debootstrap (minbase) of Debian's own packages from the host's apt mirror, systemd as PID 1,
 # /etc exactly as Debian ships it (/etc/modules, /etc/modules-load.d/modules.conf -> ../modules),
-# plus the guest kernel the project pins (hack/guest/KERNEL_VERSION: its modules tree, and an
+# plus the guest kernel the project pins (hack/guest/kernels/bookworm: its modules tree, and an
 # initramfs made by Debian's own initramfs-tools in the chroot, as the kernel's postinst would).
 # iptables and ipset are there for kube-proxy, which runs on the node as a systemd unit; runc and
 # containernetworking-plugins (in /usr/lib/cni) for containerd under the kubelet; apparmor

@@ -31,7 +31,20 @@ const (
 	SystemdModulesLoad = "/lib/systemd/systemd-modules-load"
 	// DefaultBin is where the guest image holds the ipvs-guard under test.
 	DefaultBin = "/usr/local/bin/ipvs-guard"
+	// ReleaseFile names the Debian release whose kernel the guest booted
+	// (bullseye, bookworm, trixie; GUEST_RELEASE on the host).
+	ReleaseFile = testenv.GuestMarkerDir + "/release"
 )
+
+// Release returns the Debian release whose kernel the guest booted.
+func Release(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile(ReleaseFile)
+	if err != nil {
+		t.Fatalf("reading the guest's release: %v", err)
+	}
+	return strings.TrimSpace(string(b))
+}
 
 // Module is one line of /proc/modules.
 type Module struct {

@@ -24,7 +24,7 @@ import (
 
 // BaseFormat is part of every base image's cache key: bump it when BuildBase
 // lays the image out differently, so cached images are rebuilt.
-const BaseFormat = "guestvm-1"
+const BaseFormat = "guestvm-2"
 
 // HostToolPackages are the host packages whose versions are part of the base
 // image's cache key (their files are copied into it).
@@ -42,11 +42,20 @@ echo "modprobe is disabled in the ipvs-guard guest (called with: $*)" >&2
 exit 1
 `
 
+// GuestInfoDir is the base image's directory describing the guest: release
+// (the Debian release whose kernel it boots) and judges (where its
+// systemd-modules-load and kmod come from, with their package versions).
+const GuestInfoDir = "/usr/lib/ipvs-guard-guest"
+
 // BaseKey hashes everything that goes into a base image: the kernel
-// version, BaseFormat, the manifests and the host tools' versions.
-func BaseKey(ctx context.Context, kver string, ms []Manifest) string {
+// version, its release, BaseFormat, the manifests, the host tools' versions
+// and the release's userland (u; nil when the host's tools are the judges).
+func BaseKey(ctx context.Context, kver, rel string, ms []Manifest, u *Userland) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\n%s\n", kver, BaseFormat)
+	fmt.Fprintf(h, "%s\n%s\n%s\n", kver, rel, BaseFormat)
+	if u != nil {
+		fmt.Fprintf(h, "userland %s %s\n", u.Suite, u.Key)
+	}
 	for _, m := range ms {
 		io.WriteString(h, m.Raw)
 	}
@@ -58,9 +67,10 @@ func BaseKey(ctx context.Context, kver string, ms []Manifest) string {
 // BuildBase builds (once per BaseKey, under flock) the cached base
 // initramfs for kernel kver in kdir: busybox, the manifests' tools and
 // libraries, the kernel's module closure and all of depmod's index files.
-// It returns the .cpio's path.
-func BuildBase(ctx context.Context, kver, kdir string, ms []Manifest, logw io.Writer) (string, error) {
-	key := BaseKey(ctx, kver, ms)
+// With a userland u, the release's systemd-modules-load and kmod replace
+// the host's (Userland). It returns the .cpio's path.
+func BuildBase(ctx context.Context, kver, kdir, rel string, ms []Manifest, u *Userland, logw io.Writer) (string, error) {
+	key := BaseKey(ctx, kver, rel, ms, u)
 	out := filepath.Join(kdir, "base-"+key+".cpio")
 	if exists(out) {
 		now := time.Now()
@@ -82,6 +92,9 @@ func BuildBase(ctx context.Context, kver, kdir string, ms []Manifest, logw io.Wr
 	}
 	defer os.RemoveAll(stage)
 	if err := stageBase(ctx, stage, kver, kdir, ms, logw); err != nil {
+		return "", err
+	}
+	if err := stageGuestInfo(ctx, stage, rel, u); err != nil {
 		return "", err
 	}
 	tmp := out + ".tmp"
@@ -224,6 +237,30 @@ func stageBase(ctx context.Context, stage, kver, kdir string, ms []Manifest, log
 		}
 	}
 	return os.WriteFile(filepath.Join(stage, "usr", "sbin", "modprobe"), []byte(modprobeTripwire), 0o755)
+}
+
+// stageGuestInfo writes GuestInfoDir and, with a userland, puts the
+// release's judges in place of the host's.
+func stageGuestInfo(ctx context.Context, stage, rel string, u *Userland) error {
+	info := filepath.Join(stage, GuestInfoDir)
+	if err := os.MkdirAll(info, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(info, "release"), []byte(rel+"\n"), 0o644); err != nil {
+		return err
+	}
+	var judges string
+	if u != nil {
+		if err := u.stageUserland(stage); err != nil {
+			return fmt.Errorf("Debian %s's systemd-modules-load and kmod: %w", u.Suite, err)
+		}
+		judges = fmt.Sprintf("Debian %s's own (%s): systemd %s, kmod %s, libc6 %s\n", u.Suite, userlandPrefix(u.Suite),
+			u.Version("systemd"), u.Version("kmod"), u.Version("libc6"))
+	} else {
+		out, _ := exec.CommandContext(ctx, "dpkg-query", "-W", "-f=${Package} ${Version}, ", "systemd", "kmod", "libc6").Output()
+		judges = "the host's: " + strings.TrimSuffix(string(out), ", ") + "\n"
+	}
+	return os.WriteFile(filepath.Join(info, "judges"), []byte(judges), 0o644)
 }
 
 // guestPath maps a host path onto the guest's merged-/usr layout.

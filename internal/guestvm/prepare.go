@@ -11,8 +11,11 @@ import (
 
 // PrepareOptions configures Prepare.
 type PrepareOptions struct {
-	// RepoRoot is the checkout (hack/guest/KERNEL_VERSION, base.manifest).
+	// RepoRoot is the checkout (hack/guest/kernels/, base.manifest).
 	RepoRoot string
+	// Release is the Debian release whose kernel boots (hack/guest/kernels/<release>);
+	// "" is DefaultRelease.
+	Release string
 	// CacheDir is $IPVS_GUARD_CACHE.
 	CacheDir string
 	// Manifests are read after hack/guest/base.manifest, in order.
@@ -25,6 +28,8 @@ type PrepareOptions struct {
 
 // Image is a prepared guest: a kernel and a base initramfs.
 type Image struct {
+	// Release is the Debian release the kernel belongs to.
+	Release string
 	// KernelVersion is the Debian kernel's version (uname -r).
 	KernelVersion string
 	// KernelDir is the kernel's cache directory (KernelDir).
@@ -64,17 +69,27 @@ func Manifests(repoRoot string, names, extraModules, extraBins []string) ([]Mani
 // kernel, the base image. The host packages (the manifests' pkg lines)
 // must be installed already (hack/guest/lib.sh guest_prepare).
 func Prepare(ctx context.Context, o PrepareOptions) (*Image, error) {
-	kver, err := KernelVersion(ctx, o.RepoRoot, o.CacheDir, o.Log)
+	rel, err := LoadRelease(o.RepoRoot, o.CacheDir, o.Release)
 	if err != nil {
 		return nil, err
 	}
-	kdir, err := EnsureKernel(ctx, o.CacheDir, kver, o.Log)
+	kver, err := KernelVersion(ctx, rel, o.CacheDir, o.Log)
+	if err != nil {
+		return nil, err
+	}
+	var u *Userland
+	if !rel.Host {
+		if u, err = EnsureUserland(ctx, o.CacheDir, rel.Apt, o.Log); err != nil {
+			return nil, fmt.Errorf("Debian %s's userland: %w", rel.Name, err)
+		}
+	}
+	kdir, err := EnsureKernel(ctx, o.CacheDir, kver, rel.Apt, u, o.Log)
 	if err != nil {
 		return nil, fmt.Errorf("kernel %s: %w", kver, err)
 	}
-	base, err := BuildBase(ctx, kver, kdir, o.Manifests, o.Log)
+	base, err := BuildBase(ctx, kver, kdir, rel.Name, o.Manifests, u, o.Log)
 	if err != nil {
 		return nil, fmt.Errorf("guest base image: %w", err)
 	}
-	return &Image{KernelVersion: kver, KernelDir: kdir, Kernel: KernelImage(kdir, o.BzImage), Base: base}, nil
+	return &Image{Release: rel.Name, KernelVersion: kver, KernelDir: kdir, Kernel: KernelImage(kdir, o.BzImage), Base: base}, nil
 }

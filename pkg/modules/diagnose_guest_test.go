@@ -16,10 +16,13 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/ulikunitz/xz"
 	"golang.org/x/sys/unix"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/guest"
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
+	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
 
 // These tests drive the real ipvs-guard binary (the modules check of
@@ -516,16 +519,42 @@ func isEROFS(err error) bool {
 	return errors.As(err, &errno) && errno == syscall.EROFS
 }
 
-// TestGuestDiagnoseModuleNotELF: a module file that is not an ELF object makes
-// the kernel refuse it; --fix names it, loads the rest and exits non-zero.
+// TestGuestDiagnoseModuleNotELF: a module file that is not an ELF object
+// (once decompressed, where the release ships .ko.xz) makes the kernel
+// refuse it; --fix names it, loads the rest and exits non-zero.
 func TestGuestDiagnoseModuleNotELF(t *testing.T) {
 	freshNode(t)
-	ko := fmt.Sprintf("/lib/modules/%s/kernel/net/netfilter/ipvs/ip_vs_sh.ko", kernelRelease(t))
+	ix, err := modules.ReadIndex(hostfs.New("/"), kernelRelease(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := ix.Entry("ip_vs_sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ko := fmt.Sprintf("/lib/modules/%s/%s", kernelRelease(t), e.Path)
 	orig, err := os.ReadFile(ko)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(ko, []byte("this is not an ELF object\n"), 0o644); err != nil {
+	notELF := []byte("this is not an ELF object\n")
+	if strings.HasSuffix(ko, ".xz") {
+		var b bytes.Buffer
+		w, err := xz.NewWriter(&b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write(notELF); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		notELF = b.Bytes()
+	} else if !strings.HasSuffix(ko, ".ko") {
+		t.Fatalf("ip_vs_sh is %s: neither .ko nor .ko.xz", ko)
+	}
+	if err := os.WriteFile(ko, notELF, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
