@@ -8,7 +8,7 @@
 # network namespaces and need root.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
-apt_ensure iproute2 iputils-arping ndisc6
+apt_ensure iproute2 iputils-arping ndisc6 procps
 exec_flag=()
 if [ "$(id -u)" -ne 0 ]; then
 	exec_flag=(-exec "sudo -n -E")
