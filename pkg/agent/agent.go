@@ -141,7 +141,7 @@ func New(cfg Config) (*Agent, error) {
 			return nil, fmt.Errorf("agent: checker name %q is reserved", c.Name())
 		}
 		// Bounded: a check stuck in a call that ignores its context can
-		// neither hold the worker past CheckTimeout nor delay shutdown.
+		// neither hold its worker past CheckTimeout nor delay shutdown.
 		a.checkers[Key(c.Name())] = check.Bound(c)
 		a.enabled = append(a.enabled, c.Name())
 	}
