@@ -64,6 +64,7 @@ func main() {
 		trials   = flag.Int("trials", 20, "latency trials per path and direction")
 		idle     = flag.Duration("idle", 60*time.Second, "idle window for RSS, CPU and writes")
 		spacing  = flag.Duration("spacing", time.Second, "pause after each latency trial")
+		resync   = flag.Duration("resync-period", time.Minute, "the agent's --resync-period (short: ARP rounds run back to back)")
 
 		scale  = flag.Bool("scale", false, "the scale run instead: simulated nodes, churn, many agents (hack/bench-scale.sh)")
 		nodes  = flag.Int("nodes", 1000, "scale: simulated Nodes")
@@ -85,13 +86,13 @@ func main() {
 		}
 		return
 	}
-	if err := run(*binary, *hostTree, *services, *trials, *idle); err != nil {
+	if err := run(*binary, *hostTree, *services, *trials, *idle, *resync); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
 }
 
-func run(binary, hostTree string, nSvc, trials int, idle time.Duration) error {
+func run(binary, hostTree string, nSvc, trials int, idle, resync time.Duration) error {
 	ctx := context.Background()
 	work, err := os.MkdirTemp("", "bench-agent-")
 	if err != nil {
@@ -138,7 +139,7 @@ func run(binary, hostTree string, nSvc, trials int, idle time.Duration) error {
 	}
 
 	cmd := exec.Command(binary, "run", "--kubeconfig", kubeconfig, "--node-name", node, "--root", root,
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "127.0.0.1:0", "-v", "4")
+		"--metrics-bind-address", "0", "--health-probe-bind-address", "127.0.0.1:0", "--resync-period", resync.String(), "-v", "4")
 	logf, _ := os.Create(filepath.Join(work, "agent.log"))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
@@ -201,7 +202,7 @@ func run(binary, hostTree string, nSvc, trials int, idle time.Duration) error {
 		}
 		modOut = append(modOut, d)
 	}
-	fmt.Printf("\ndrift-to-condition latency on the API server, %d trials each (resync period 1m, so every flip is event-driven):\n", trials)
+	fmt.Printf("\ndrift-to-condition latency on the API server, %d trials each (resync period %s; every flip is event-driven):\n", trials, resync)
 	for _, r := range []struct {
 		name string
 		d    []time.Duration
@@ -212,6 +213,9 @@ func run(binary, hostTree string, nSvc, trials int, idle time.Duration) error {
 		fmt.Printf("  %s  p50 %6.1f ms  p95 %6.1f ms  max %6.1f ms\n", r.name, ms(pct(r.d, 50)), ms(pct(r.d, 95)), ms(pct(r.d, 100)))
 	}
 	if err := breakdown(spans, filepath.Join(work, "agent.log"), s.AuditLog); err != nil {
+		return err
+	}
+	if err := arpRounds(spans, filepath.Join(work, "agent.log")); err != nil {
 		return err
 	}
 
@@ -284,6 +288,10 @@ func createServices(ctx context.Context, cs kubernetes.Interface, n int) error {
 				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("lb-%04d", i), Namespace: "default",
 					Annotations: map[string]string{"metallb.universe.tf/ip-allocated-from-pool": "bench"}},
 				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+			}
+			if n > 2000 {
+				// The NodePort range (30000-32767) holds fewer.
+				svc.Spec.AllocateLoadBalancerNodePorts = ptr(false)
 			}
 			svc, err := cs.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
 			if err != nil {
@@ -425,7 +433,7 @@ func breakdown(spans []span, agentLog, auditLog string) error {
 	}
 	stages := []string{"drift -> event seen by the agent", "event seen -> check done", "check done -> patch received",
 		"patch received -> stored", "stored -> on the watch"}
-	fmt.Printf("\nper stage, p50 / p95 in ms (agent log timestamps, audit log request received / response complete):\n")
+	fmt.Printf("\nper stage, p50 / p95 / max in ms (agent log timestamps, audit log request received / response complete):\n")
 	for _, path := range []string{pathInotify, pathUevent} {
 		per := make([][]time.Duration, len(stages))
 		n := 0
@@ -448,7 +456,7 @@ func breakdown(spans []span, agentLog, auditLog string) error {
 		fmt.Printf("  %s (%d of %d trials matched):\n", path, n, countPath(spans, path))
 		for i, st := range stages {
 			if len(per[i]) > 0 {
-				fmt.Printf("    %-36s %7.1f / %7.1f\n", st, ms(pct(per[i], 50)), ms(pct(per[i], 95)))
+				fmt.Printf("    %-36s %7.1f / %7.1f / %7.1f\n", st, ms(pct(per[i], 50)), ms(pct(per[i], 95)), ms(pct(per[i], 100)))
 			}
 		}
 	}
@@ -510,6 +518,85 @@ func agentStamps(path string) (seen map[string][]time.Time, checked []time.Time,
 		}
 	}
 	return seen, checked, nil
+}
+
+// arpRounds reports the ARP check's runs during the latency trials, from the
+// agent's "Check ran" lines (logged when a run ends, with its duration):
+// how many, how long, how much of the trials' time one was under way, and
+// how many trials started while one was.
+func arpRounds(spans []span, agentLog string) error {
+	if len(spans) == 0 {
+		return nil
+	}
+	b, err := os.ReadFile(agentLog)
+	if err != nil {
+		return err
+	}
+	from, to := spans[0].start, spans[len(spans)-1].end
+	type round struct{ start, end time.Time }
+	var rounds []round
+	var durs []time.Duration
+	year := time.Now().Year()
+	for _, line := range strings.Split(string(b), "\n") {
+		if len(line) < 21 || !strings.Contains(line, `"Check ran"`) || !strings.Contains(line, `check="arp"`) {
+			continue
+		}
+		end, err := time.ParseInLocation("2006 0102 15:04:05.000000", fmt.Sprintf("%d %s", year, line[1:21]), time.Local)
+		if err != nil {
+			continue
+		}
+		_, v, ok := strings.Cut(line, ` duration="`)
+		if !ok {
+			continue
+		}
+		v, _, _ = strings.Cut(v, `"`)
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			continue
+		}
+		r := round{end.Add(-d), end}
+		if r.end.Before(from) || r.start.After(to) {
+			continue
+		}
+		rounds = append(rounds, r)
+		durs = append(durs, d)
+	}
+	fmt.Printf("\nARP rounds during the trials (%s):\n", to.Sub(from).Round(time.Second))
+	if len(rounds) == 0 {
+		fmt.Printf("  none (no LoadBalancer IP to probe, or no ARP check)\n")
+		return nil
+	}
+	var busy time.Duration
+	for _, r := range rounds {
+		busy += minTime(r.end, to).Sub(maxTime(r.start, from))
+	}
+	during := 0
+	for _, sp := range spans {
+		for _, r := range rounds {
+			if !sp.start.Before(r.start) && sp.start.Before(r.end) {
+				during++
+				break
+			}
+		}
+	}
+	fmt.Printf("  %d rounds, duration p50 %.1f s, max %.1f s; a round under way %.0f%% of the time\n",
+		len(rounds), pct(durs, 50).Seconds(), pct(durs, 100).Seconds(), 100*busy.Seconds()/to.Sub(from).Seconds())
+	fmt.Printf("  %d of %d trials started while a round was under way\n", during, len(spans))
+	return nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // patchStamps reads when the API server received and completed each of the

@@ -105,6 +105,11 @@ type Agent struct {
 	syncedAt atomic.Int64
 	// lastSync is the unix-nano time of the last finished sync (liveness).
 	lastSync atomic.Int64
+	// publishMu makes reading the results and handing the conditions to the
+	// publisher one step: workers and the initial publish timer publish
+	// concurrently, and a set computed earlier must never be handed over
+	// after one computed later.
+	publishMu sync.Mutex
 }
 
 // New builds an Agent; it starts nothing.
@@ -136,7 +141,7 @@ func New(cfg Config) (*Agent, error) {
 			return nil, fmt.Errorf("agent: checker name %q is reserved", c.Name())
 		}
 		// Bounded: a check stuck in a call that ignores its context can
-		// neither hold the worker past CheckTimeout nor delay shutdown.
+		// neither hold its worker past CheckTimeout nor delay shutdown.
 		a.checkers[Key(c.Name())] = check.Bound(c)
 		a.enabled = append(a.enabled, c.Name())
 	}
@@ -168,7 +173,7 @@ func (a *Agent) Enabled() []string { return append([]string(nil), a.enabled...) 
 // conditions (every check ran once, or the initial delay passed).
 func (a *Agent) Ready() bool { return a.published.Load() }
 
-// LastSync returns when the worker last finished a sync (zero before the first).
+// LastSync returns when a worker last finished a sync (zero before the first).
 func (a *Agent) LastSync() time.Time {
 	n := a.lastSync.Load()
 	if n == 0 {
@@ -318,18 +323,30 @@ func (a *Agent) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); a.awaitViewSync(ctx) }()
 	}
-	wg.Add(3)
+	wg.Add(2)
 	go func() { defer wg.Done(); a.resyncLoop(ctx, dirs) }()
 	go func() { defer wg.Done(); a.initialPublishTimer(ctx) }()
-	go func() {
-		defer wg.Done()
-		for a.processNextWorkItem(ctx) {
-		}
-	}()
+	a.startWorkers(ctx, &wg)
 	logger.Info("Agent started", "checks", a.enabled, "resyncPeriod", a.cfg.ResyncPeriod)
 	<-ctx.Done()
 	logger.Info("Agent stopping")
 	return nil
+}
+
+// workers is how many keys the loop processes at once: one per key (every
+// check and KeyNode). The workqueue never hands one key to two workers, so
+// each check runs at most once at a time, and a check that runs long (an
+// ARP round over thousands of silent IPs, up to CheckTimeout) holds only its
+// own worker: a module event is checked and published at once.
+func (a *Agent) workers() int { return len(a.checkers) + 1 }
+
+func (a *Agent) startWorkers(ctx context.Context, wg *sync.WaitGroup) {
+	for range a.workers() {
+		wg.Go(func() {
+			for a.processNextWorkItem(ctx) {
+			}
+		})
+	}
 }
 
 func (a *Agent) resyncLoop(ctx context.Context, dirs *dirWatcher) {
@@ -453,6 +470,8 @@ func (a *Agent) syncNode(ctx context.Context) error {
 // publish hands the conditions derived from the latest results to the
 // publisher, once every check ran (or force, after the initial delay).
 func (a *Agent) publish(force bool) {
+	a.publishMu.Lock()
+	defer a.publishMu.Unlock()
 	if a.cfg.Publisher == nil {
 		if force || a.readyToPublish() {
 			a.published.Store(true)

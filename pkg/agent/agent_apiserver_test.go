@@ -332,3 +332,72 @@ func TestClusterViewServiceL2Status(t *testing.T) {
 		t.Errorf("interfaces (-want +got):\n%s", diff)
 	}
 }
+
+// TestSlowARPRoundDoesNotDelayModulesCondition: while the ARP check runs a
+// long round (silent on-link IPs, up to its timeout), a modules-load.d edit
+// reaches the API server as IPVSModulesMissing=True within a bound, both
+// ways, and at steady state with every condition False nothing is written.
+func TestSlowARPRoundDoesNotDelayModulesCondition(t *testing.T) {
+	const bound = 2 * time.Second
+	s := apiservertest.Start(t, apiservertest.Options{})
+	admin := kubernetes.NewForConfigOrDie(s.AdminConfig())
+	createNode(t, admin, "node-a")
+	checks := allFakeChecks()
+	var modules, arp *fakeCheck = checks[0], checks[4]
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	// Every ARP run after the first takes 30 s: rounds back to back.
+	arp.onRun = func() {
+		if arp.runs.Load() > 0 {
+			select {
+			case <-release:
+			case <-time.After(30 * time.Second):
+			}
+		}
+	}
+	dir := t.TempDir()
+	decl := filepath.Join(dir, "ipvs.conf")
+	u := startAgent(t, s, "node-a", agentOptions{checks: checks, resync: 200 * time.Millisecond, dirs: []string{dir}})
+	eventually(t, 10*time.Second, "all four conditions False", func() bool {
+		for _, ct := range nodestatus.AllConditionTypes() {
+			if c := nodeCondition(t, admin, "node-a", string(ct)); c == nil || c.Status != corev1.ConditionFalse {
+				return false
+			}
+		}
+		return true
+	})
+	eventually(t, 5*time.Second, "an ARP round under way", func() bool { return arp.runs.Load() == 1 && modules.runs.Load() >= 3 })
+
+	// Steady state, all False, while ARP runs: not a single write.
+	time.Sleep(300 * time.Millisecond)
+	before := u.log.writes()
+	runs := modules.runs.Load()
+	eventually(t, 10*time.Second, "10 modules resyncs during the ARP round", func() bool { return modules.runs.Load() >= runs+10 })
+	if diff := cmp.Diff(before, u.log.writes()); diff != "" {
+		t.Errorf("writes at steady state (-before +after):\n%s", diff)
+	}
+
+	for i, step := range []struct {
+		status check.Status
+		want   corev1.ConditionStatus
+	}{{check.StatusProblem, corev1.ConditionTrue}, {check.StatusOK, corev1.ConditionFalse}} {
+		modules.set(step.status, "R"+string(step.status), "modules "+string(step.status)+".")
+		start := time.Now()
+		if err := os.WriteFile(decl, []byte(fmt.Sprintf("ip_vs\n# %d\n", i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			if c := nodeCondition(t, admin, "node-a", string(nodestatus.IPVSModulesMissing)); c != nil && c.Status == step.want {
+				break
+			}
+			if time.Since(start) > bound {
+				t.Fatalf("IPVSModulesMissing not %s on the API server within %s while an ARP round ran", step.want, bound)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Logf("modules-load.d edit -> IPVSModulesMissing=%s on the API server: %s", step.want, time.Since(start).Round(time.Millisecond))
+	}
+	if n := arp.runs.Load(); n != 1 {
+		t.Errorf("the ARP check finished %d runs, want 1 (its round still under way)", n)
+	}
+}

@@ -214,7 +214,7 @@ func TestInitialPublishDelay(t *testing.T) {
 	pub := &recordingPublisher{}
 	startLoop(t, Config{NodeName: "n", Checkers: []check.Checker{fast, slow}, Publisher: pub, Clock: clk,
 		ResyncPeriod: time.Hour, InitialPublishDelay: 10 * time.Second})
-	// modules is queued first and runs; arp then blocks the single worker.
+	// modules runs; arp blocks (on its own worker).
 	waitUntil(t, "modules ran", func() bool { return fast.runs.Load() == 1 })
 	time.Sleep(20 * time.Millisecond)
 	if pub.count() != 0 {
@@ -335,5 +335,141 @@ func TestStopsWhileACheckIgnoresItsContext(t *testing.T) {
 	}
 	if n := runs.Load(); n != 1 {
 		t.Errorf("the stuck check was started %d times, want 1", n)
+	}
+}
+
+// blockingCheck returns OK on its first run and blocks every later run
+// until released or its context ends (an ARP round over silent IPs).
+type blockingCheck struct {
+	name    string
+	runs    atomic.Int64
+	blocked chan struct{} // receives once a run blocks
+	release chan struct{}
+}
+
+func newBlockingCheck(name string) *blockingCheck {
+	return &blockingCheck{name: name, blocked: make(chan struct{}, 1), release: make(chan struct{})}
+}
+
+func (b *blockingCheck) Name() string { return b.name }
+
+func (b *blockingCheck) Run(ctx context.Context) (check.Result, error) {
+	if b.runs.Add(1) > 1 {
+		select {
+		case b.blocked <- struct{}{}:
+		default:
+		}
+		select {
+		case <-b.release:
+		case <-ctx.Done():
+		}
+	}
+	return check.Result{Status: check.StatusOK, Reason: "Answered", Message: "Every probed IP answered."}, nil
+}
+
+// TestSlowCheckDoesNotDelayAnother: while one check runs long (an ARP
+// round up to CheckTimeout), a modules-load.d change is checked and its
+// condition published at once, from every kind of wake-up.
+func TestSlowCheckDoesNotDelayAnother(t *testing.T) {
+	const bound = 2 * time.Second
+	tests := []struct {
+		name string
+		wake func(t *testing.T, a *Agent, dir string)
+	}{
+		{"inotify", func(t *testing.T, _ *Agent, dir string) {
+			if err := os.WriteFile(filepath.Join(dir, "ipvs.conf"), []byte("ip_vs\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"uevent", func(_ *testing.T, a *Agent, _ string) {
+			// What the uevent watcher enqueues (its socket needs root).
+			a.enqueue(check.NameModules, check.NameIPVS)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			dir := t.TempDir()
+			mods := &scriptedCheck{name: check.NameModules, seq: []scripted{{status: check.StatusOK}, {status: check.StatusOK}, {status: check.StatusProblem}}}
+			ipvsc := &scriptedCheck{name: check.NameIPVS, seq: []scripted{{status: check.StatusOK}}}
+			arp := newBlockingCheck(check.NameARP)
+			t.Cleanup(func() { close(arp.release) })
+			pub := &recordingPublisher{}
+			a := startLoop(t, Config{NodeName: "n", Checkers: []check.Checker{arp, mods, ipvsc}, Publisher: pub, Clock: clk,
+				ResyncPeriod: time.Minute, CheckTimeout: time.Minute, ModulesLoadDirs: []string{dir}})
+			waitUntil(t, "first publication", a.Ready)
+
+			// A resync starts an ARP round that does not end.
+			waitUntil(t, "resync ticker", clk.HasWaiters)
+			clk.Step(time.Minute)
+			select {
+			case <-arp.blocked:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the ARP round never started")
+			}
+			waitUntil(t, "the resync's modules run", func() bool { return mods.runs.Load() == 2 })
+
+			start := time.Now()
+			tt.wake(t, a, dir)
+			deadline := start.Add(bound)
+			for {
+				if l := pub.last(); len(l) > 0 && l[0].Type == nodestatus.IPVSModulesMissing && l[0].Status == nodestatus.StatusTrue {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("IPVSModulesMissing not published True within %s while the ARP check ran (modules ran %d times)", bound, mods.runs.Load())
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if n := arp.runs.Load(); n != 2 {
+				t.Errorf("arp started %d times, want 2 (never twice at once)", n)
+			}
+		})
+	}
+}
+
+// gatedPublisher blocks the first SetConditions until released.
+type gatedPublisher struct {
+	recordingPublisher
+	entered, release chan struct{}
+	calls            atomic.Int64
+}
+
+func (g *gatedPublisher) SetConditions(c []nodestatus.Condition) {
+	if g.calls.Add(1) == 1 {
+		close(g.entered)
+		<-g.release
+	}
+	g.recordingPublisher.SetConditions(c)
+}
+
+// TestPublishHandsOverTheLatestResults: two publications at once (the
+// initial publish timer and a worker, or two workers) never hand the
+// publisher an older set after a newer one.
+func TestPublishHandsOverTheLatestResults(t *testing.T) {
+	mods := &scriptedCheck{name: check.NameModules}
+	pub := &gatedPublisher{entered: make(chan struct{}), release: make(chan struct{})}
+	a, err := New(Config{NodeName: "n", Checkers: []check.Checker{mods}, Publisher: pub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	a.store.Record(check.NameModules, check.Result{Name: check.NameModules, Status: check.StatusOK, Reason: "Old", Message: "old"}, nil, t0, 0)
+	first := make(chan struct{})
+	go func() { a.publish(true); close(first) }() // snapshot: Old; then blocks in the publisher
+	<-pub.entered
+
+	a.store.Record(check.NameModules, check.Result{Name: check.NameModules, Status: check.StatusProblem, Reason: "New", Message: "new"}, nil, t0.Add(time.Second), 0)
+	second := make(chan struct{})
+	go func() { a.publish(false); close(second) }()
+	select {
+	case <-second: // it did not wait for the first: the bug shows below
+	case <-time.After(100 * time.Millisecond): // waiting for the first, as it should
+	}
+	close(pub.release)
+	<-first
+	<-second
+	if l := pub.last(); len(l) != 1 || l[0].Reason != "New" {
+		t.Errorf("last publication = %+v, want the latest result (New)", l)
 	}
 }

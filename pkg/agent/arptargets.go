@@ -4,6 +4,7 @@ package agent
 
 import (
 	"context"
+	"slices"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck/shard"
@@ -13,9 +14,10 @@ import (
 // LoadBalancer ingress IPs this node must probe (IPv4 with ARP, IPv6 with
 // NDP), each with the announcing node (ServiceL2Status); the MACs that node
 // published are read when a reply needs them (MACDirectory). An IP this node
-// announces itself is never judged by it. With k > 0 the IPs are sharded by
-// rendezvous hashing over the peers (Peers) so that each is probed by k
-// nodes (the agent); with k <= 0 every IP is probed (a one-shot diagnose).
+// announces itself, or may be announcing while MetalLB moves it (see
+// LoadBalancerIngress.Contenders), is never judged by it. With k > 0 the
+// IPs are sharded by rendezvous hashing over the peers (Peers) so that each
+// is probed by k nodes (the agent); with k <= 0 every IP is probed (a one-shot diagnose).
 // Which IPs are this node's is remembered per set of peers, so a run hashes
 // only IPs it has not seen with the current peers.
 func (v *ClusterView) ARPTargets(k int) arpcheck.TargetSource {
@@ -36,7 +38,7 @@ func (v *ClusterView) ARPTargets(k int) arpcheck.TargetSource {
 		}
 		var out []arpcheck.Target
 		for _, in := range ings {
-			if !in.IP.IsValid() || in.AnnouncingNode == v.nodeName {
+			if !in.IP.IsValid() || in.AnnouncingNode == v.nodeName || slices.Contains(in.Contenders, v.nodeName) {
 				continue
 			}
 			if !probes(shard.IP{Addr: in.IP, Announcer: in.AnnouncingNode}) {

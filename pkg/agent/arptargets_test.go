@@ -240,3 +240,71 @@ func TestARPTargetsFollowWithdrawal(t *testing.T) {
 		t.Errorf("a, which announced %s until MetalLB withdrew it, does not probe it: %v", ip, got)
 	}
 }
+
+// TestARPTargetsWhileMetalLBMovesAnIP: while MetalLB moves an IP, the
+// Service has a ServiceL2Status from the new speaker and one from the old
+// for a moment. Which one the cache lists last must not decide the
+// verdict: the IP is then judged with no expected announcer (no wrong
+// responder named from a stale status), by neither contender, and it is
+// not called unannounced. Two statuses naming one node are that node.
+func TestARPTargetsWhileMetalLBMovesAnIP(t *testing.T) {
+	type target struct{ IP, Node, Unannounced string }
+	tests := []struct {
+		name     string
+		self     string
+		statuses []*unstructured.Unstructured
+		want     []target
+		contend  []string
+	}{
+		{"old listed first", "a", []*unstructured.Unstructured{l2Status("l2-aaa", "b", "default", "web"), l2Status("l2-zzz", "c", "default", "web")},
+			[]target{{IP: "192.0.2.20"}}, []string{"b", "c"}},
+		{"new listed first", "a", []*unstructured.Unstructured{l2Status("l2-aaa", "c", "default", "web"), l2Status("l2-zzz", "b", "default", "web")},
+			[]target{{IP: "192.0.2.20"}}, []string{"b", "c"}},
+		{"three at once", "a", []*unstructured.Unstructured{l2Status("l2-aaa", "c", "default", "web"), l2Status("l2-mmm", "d", "default", "web"), l2Status("l2-zzz", "b", "default", "web")},
+			[]target{{IP: "192.0.2.20"}}, []string{"b", "c", "d"}},
+		{"this node a contender", "b", []*unstructured.Unstructured{l2Status("l2-aaa", "b", "default", "web"), l2Status("l2-zzz", "c", "default", "web")},
+			nil, []string{"b", "c"}},
+		{"the same node twice", "a", []*unstructured.Unstructured{l2Status("l2-aaa", "b", "default", "web"), l2Status("l2-zzz", "b", "default", "web")},
+			[]target{{IP: "192.0.2.20", Node: "b"}}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cs := fake.NewClientset(lbService("default", "web", "192.0.2.20"))
+			cs.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{{
+				GroupVersion: ServiceL2StatusGVR.GroupVersion().String(),
+				APIResources: []metav1.APIResource{{Name: ServiceL2StatusGVR.Resource, Namespaced: true, Kind: "ServiceL2Status"}},
+			}}
+			var objs []runtime.Object
+			for _, st := range tt.statuses {
+				objs = append(objs, st)
+			}
+			dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+				map[schema.GroupVersionResource]string{ServiceL2StatusGVR: "ServiceL2StatusList"}, objs...)
+			v := NewClusterView(tt.self, kubetest.FromClientset(cs), dyn, metaOf(cs))
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer v.shutdown()
+			defer cancel()
+			if err := v.Sync(ctx); err != nil {
+				t.Fatalf("Sync: %v", err)
+			}
+			ings, err := v.LoadBalancerIngresses()
+			if err != nil || len(ings) != 1 {
+				t.Fatalf("LoadBalancerIngresses() = %v, %v", ings, err)
+			}
+			if diff := cmp.Diff(tt.contend, ings[0].Contenders); diff != "" {
+				t.Errorf("contenders (-want +got):\n%s", diff)
+			}
+			ts, err := v.ARPTargets(0)(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []target
+			for _, tg := range ts {
+				got = append(got, target{tg.IP.String(), tg.ExpectedNode, tg.Unannounced})
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("targets (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

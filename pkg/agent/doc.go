@@ -4,13 +4,15 @@
 //
 // It owns the informers (Services, EndpointSlices, its own Node, the
 // agents' peers Service's EndpointSlices, MetalLB ServiceL2Status when that
-// CRD exists), a rate-limited workqueue of a few
-// fixed keys served by one worker, the resync ticker on an injected clock,
-// and the wake-ups from the kernel (module add/remove uevents) and from
-// inotify on the modules-load.d directories. Every sync re-reads current
-// state and runs the injected check.Checkers; results go to a results.Store
-// and, as Node conditions, to a status publisher that runs on its own, so the
-// API server being down never stops local checks or remediation.
+// CRD exists), a rate-limited workqueue of a few fixed keys (one per check,
+// and the Node) served by a worker per key, so a long ARP round never delays
+// a module check, the resync ticker on an injected clock, and the wake-ups
+// from the kernel (module add/remove uevents) and from inotify on the
+// modules-load.d directories. Every sync re-reads current state and runs the
+// injected check.Checkers; results go to a results.Store and, as Node
+// conditions (computed and handed over as one step), to a status publisher
+// that runs on its own, so the API server being down never stops local
+// checks or remediation.
 //
 // ClusterView is the read-only view of cluster state (LoadBalancer ingress
 // IPs, their announcing node, peers (nodes whose agent is ready)) that checks

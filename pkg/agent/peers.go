@@ -126,8 +126,12 @@ func (v *ClusterView) Peers() ([]string, error) {
 	if !p.synced() {
 		return nil, ErrNotSynced
 	}
+	// The informer holds only the peers Service's slices (namespaced and
+	// label-selected): list all of it. A namespaced list would need a
+	// namespace index the cache does not keep (client-go logs a warning on
+	// every call without one, then scans anyway).
 	sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: p.svc.Name})
-	slicesOf, err := p.lister.EndpointSlices(p.svc.Namespace).List(sel)
+	slicesOf, err := p.lister.List(sel)
 	if err != nil {
 		return nil, fmt.Errorf("listing the peers' EndpointSlices from cache: %w", err)
 	}

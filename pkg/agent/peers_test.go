@@ -7,15 +7,19 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck/shard"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube/kubetest"
@@ -72,6 +76,7 @@ func TestPeersFromEndpointSlices(t *testing.T) {
 	other := peersSlice("ipvs-guard", "metrics", "x")
 	elsewhere := peersSlice("kube-system", "peers", "y")
 	cs := fake.NewClientset(peersSlice("ipvs-guard", "peers", "c", "b"), second, other, elsewhere)
+	logged := captureKlog(t) // before any informer runs: klog's logger is not swapped under them
 	v := NewClusterView("a", kubetest.FromClientset(cs), nil, nil)
 	v.UsePeersService(types.NamespacedName{Namespace: "ipvs-guard", Name: "peers"})
 	if _, err := v.Peers(); err == nil {
@@ -90,6 +95,34 @@ func TestPeersFromEndpointSlices(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"a", "b", "c", "d", "f"}, got); diff != "" {
 		t.Errorf("peers (-want +got):\n%s", diff)
+	}
+	// Every ARP run reads the peers: it must not log (client-go logs a
+	// warning when a lister lists by namespace without a namespace index).
+	for _, l := range logged() {
+		if strings.Contains(l, "index") {
+			t.Errorf("reading the peers logged: %s", l)
+		}
+	}
+}
+
+// captureKlog routes klog's global logger (what client-go's listers log
+// through) to a buffer until the test ends, and returns what was logged.
+// Tests using it must not run in parallel, and must call it before they
+// start a goroutine that logs and stop those before they end.
+func captureKlog(t *testing.T) func() []string {
+	t.Helper()
+	var mu sync.Mutex
+	var lines []string
+	klog.SetLogger(funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, prefix+" "+args)
+	}, funcr.Options{Verbosity: 1}))
+	t.Cleanup(klog.ClearLogger)
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(lines)
 	}
 }
 

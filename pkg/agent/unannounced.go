@@ -24,7 +24,7 @@ import (
 // L2Advertisement of the IP's pool selects (nodeSelectors) and whose
 // speaker has the interfaces the advertisement names.
 func (v *ClusterView) Unannounced(ctx context.Context, in LoadBalancerIngress) string {
-	if in.AnnouncingNode != "" || !v.HasServiceL2Status() {
+	if in.AnnouncingNode != "" || len(in.Contenders) > 0 || !v.HasServiceL2Status() {
 		return ""
 	}
 	const none = "MetalLB announces it from no node (no ServiceL2Status)"

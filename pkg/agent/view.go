@@ -42,10 +42,19 @@ type LoadBalancerIngress struct {
 	// Service is the Service's namespace/name.
 	Service types.NamespacedName
 	// AnnouncingNode is the node MetalLB's ServiceL2Status says announces
-	// the IP; empty when unknown (no CRD, no status yet).
+	// the IP; empty when unknown (no CRD, no status yet) or settling (see
+	// Contenders).
 	AnnouncingNode string
 	// AnnouncingInterfaces are the interfaces MetalLB announces on, when known.
 	AnnouncingInterfaces []string
+	// Contenders, when set, are the nodes (sorted, two or more) of the
+	// several ServiceL2Statuses the Service has for a moment while MetalLB
+	// moves the IP (the new speaker writes its status before the old one
+	// deletes its own). Which of them answers is then settling: the IP is
+	// judged without an expected announcer (no reply or several MACs are
+	// still findings, a single MAC is not a wrong responder), by none of
+	// these nodes, and it is not unannounced.
+	Contenders []string
 }
 
 // ClusterView is a read-only view of the cluster state checks need, served
@@ -274,7 +283,7 @@ func (v *ClusterView) LoadBalancerIngresses() ([]LoadBalancerIngress, error) {
 				continue
 			}
 			a := announcers[key]
-			out = append(out, LoadBalancerIngress{IP: ip, Service: key, AnnouncingNode: a.node, AnnouncingInterfaces: a.ifaces})
+			out = append(out, LoadBalancerIngress{IP: ip, Service: key, AnnouncingNode: a.node, AnnouncingInterfaces: a.ifaces, Contenders: a.contenders})
 		}
 	}
 	slices.SortFunc(out, func(a, b LoadBalancerIngress) int {
@@ -286,10 +295,31 @@ func (v *ClusterView) LoadBalancerIngresses() ([]LoadBalancerIngress, error) {
 	return out, nil
 }
 
+// announcer is what the ServiceL2Statuses of one Service say: one node
+// (and its interfaces), or, while several statuses name different nodes,
+// those contenders and no node.
 type announcer struct {
-	node   string
-	ifaces []string
+	node       string
+	ifaces     []string
+	contenders []string
 }
+
+// add merges one ServiceL2Status into what is known for its Service,
+// whatever order the cache lists them in.
+func (a announcer) add(node string, ifaces []string) announcer {
+	switch {
+	case a.node == "" && len(a.contenders) == 0:
+		return announcer{node: node, ifaces: ifaces}
+	case a.node == node:
+		return announcer{node: node, ifaces: slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(a.ifaces), ifaces...))))}
+	case a.node != "":
+		return announcer{contenders: sortedSet(a.node, node)}
+	default:
+		return announcer{contenders: sortedSet(append(a.contenders, node)...)}
+	}
+}
+
+func sortedSet(s ...string) []string { return slices.Compact(slices.Sorted(slices.Values(s))) }
 
 func (v *ClusterView) announcers() map[types.NamespacedName]announcer {
 	v.mu.RLock()
@@ -323,7 +353,8 @@ func (v *ClusterView) announcers() map[types.NamespacedName]announcer {
 				}
 			}
 		}
-		out[types.NamespacedName{Namespace: ns, Name: name}] = announcer{node: node, ifaces: ifaces}
+		key := types.NamespacedName{Namespace: ns, Name: name}
+		out[key] = out[key].add(node, ifaces)
 	}
 	return out
 }
