@@ -436,7 +436,12 @@ func (a *Agent) sync(ctx context.Context, key Key) error {
 	res, err := c.Run(cctx)
 	d := a.cfg.Clock.Since(start)
 	if ctx.Err() != nil {
-		return nil // shutting down: keep the last result
+		// Shutting down: keep the last result, but say what a run cut
+		// short had already changed on the node.
+		if acts := check.ActionsOf(err); len(acts) > 0 {
+			logger.Info("Check interrupted by shutdown after changing the node", "actions", acts)
+		}
+		return nil
 	}
 	if err != nil {
 		res = check.Errored(c.Name(), err)

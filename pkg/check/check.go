@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 )
 
@@ -77,14 +79,82 @@ type Checker interface {
 	Run(ctx context.Context) (Result, error)
 }
 
-// Errored builds the Result for a check that could not run.
+// Errored builds the Result for a check that could not run. When err
+// carries changes the run made before it stopped (a [*PartialError]), they
+// are the Result's Actions: what remediation did is never lost.
 func Errored(name string, err error) Result {
-	return Result{
+	res := Result{
 		Name:    name,
 		Status:  StatusError,
 		Reason:  "CheckFailed",
 		Message: fmt.Sprintf("%s check could not run: %v", name, err),
 	}
+	if acts := ActionsOf(err); len(acts) > 0 {
+		res.Actions = acts
+	}
+	return res
+}
+
+// actionsKey is the context key of a run's [actionLog].
+type actionsKey struct{}
+
+// actionLog collects what one run changed on the node, as it happens.
+type actionLog struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (l *actionLog) add(a string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.list = append(l.list, a)
+}
+
+func (l *actionLog) snapshot() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.list...)
+}
+
+// Record notes a change a check has just made on the node (a file written,
+// a module loaded), in the words of Result.Actions, the moment it is made:
+// should the run be interrupted before it returns its Result, [Bounded]
+// reports these changes instead of losing them. A check still lists its
+// changes in its Result's Actions (which may summarise them differently);
+// Record is only read when there is no Result. Without a run of a Bounded
+// check in ctx it does nothing.
+func Record(ctx context.Context, action string) {
+	if l, ok := ctx.Value(actionsKey{}).(*actionLog); ok {
+		l.add(action)
+	}
+}
+
+// PartialError is the error of a run that stopped before it returned a
+// Result (interrupted, or failed) after it had changed the node: Actions
+// are those changes, in the order the check recorded them ([Record]).
+type PartialError struct {
+	// Err is why the run stopped.
+	Err error
+	// Actions are the changes made before it stopped.
+	Actions []string
+}
+
+// Error names why the run stopped and what it changed before.
+func (e *PartialError) Error() string {
+	return fmt.Sprintf("%v after: %s", e.Err, strings.Join(e.Actions, "; "))
+}
+
+// Unwrap returns Err.
+func (e *PartialError) Unwrap() error { return e.Err }
+
+// ActionsOf returns the changes a failed run made before it stopped (the
+// Actions of a [*PartialError] in err's chain), or nil.
+func ActionsOf(err error) []string {
+	var pe *PartialError
+	if errors.As(err, &pe) {
+		return append([]string(nil), pe.Actions...)
+	}
+	return nil
 }
 
 // Skipped builds the Result for a check that had nothing to look at.
@@ -114,6 +184,9 @@ var ErrStillRunning = errors.New("the previous run of this check has not returne
 // then abandoned, and until it returns every further Run fails at once with
 // ErrStillRunning rather than starting another, so a stuck check costs one
 // goroutine, not one per run.
+//
+// What an abandoned or failed run changed on the node is not lost: the
+// changes it recorded ([Record]) until then come back in a [*PartialError].
 type Bounded struct {
 	c       Checker
 	running atomic.Bool
@@ -143,6 +216,8 @@ func (b *Bounded) Run(ctx context.Context) (Result, error) {
 	if !b.running.CompareAndSwap(false, true) {
 		return Result{}, ErrStillRunning
 	}
+	acts := &actionLog{}
+	rctx := context.WithValue(ctx, actionsKey{}, acts)
 	done := make(chan outcome, 1)
 	go func() {
 		var o outcome
@@ -150,14 +225,25 @@ func (b *Bounded) Run(ctx context.Context) (Result, error) {
 			// Cleared before the outcome is handed over: a Run that
 			// starts the moment this one returns must find it over.
 			defer b.running.Store(false)
-			o.res, o.err = b.c.Run(ctx)
+			o.res, o.err = b.c.Run(rctx)
 		}()
 		done <- o
 	}()
 	select {
 	case o := <-done:
-		return o.res, o.err
+		if o.err != nil {
+			return o.res, withActions(o.err, acts.snapshot())
+		}
+		return o.res, nil
 	case <-ctx.Done():
-		return Result{}, fmt.Errorf("interrupted: %w", context.Cause(ctx))
+		return Result{}, withActions(fmt.Errorf("interrupted (%w)", context.Cause(ctx)), acts.snapshot())
 	}
+}
+
+// withActions attaches the changes a run made to its error.
+func withActions(err error, acts []string) error {
+	if len(acts) == 0 || len(ActionsOf(err)) > 0 {
+		return err
+	}
+	return &PartialError{Err: err, Actions: acts}
 }

@@ -55,9 +55,11 @@ func Failed(node string, err error, usage bool) Report {
 
 // Run runs each checker once, in order, and assembles the report. When ctx
 // ends (SIGTERM, SIGINT) it returns at once, whatever a check is doing: the
-// check running and those not yet run are errors saying so. A check left
-// running is abandoned to the process's exit; the only write one makes
-// (the declaration file) is an atomic rename, never half done.
+// check running and those not yet run are errors saying so, the one
+// running with what it had changed on the node until then (its Actions:
+// "changed:" in the text report, "actions" in JSON). A check left running
+// is abandoned to the process's exit; the only write one makes (the
+// declaration file) is an atomic rename, never half done.
 func Run(ctx context.Context, node, kernel string, checkers []check.Checker) Report {
 	r := Report{Node: node, Kernel: kernel, Checks: make([]check.Result, 0, len(checkers))}
 	for _, c := range checkers {

@@ -3,7 +3,10 @@
 package diagnose
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,5 +77,52 @@ func TestRunReturnsWhenCancelled(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return after its context was cancelled")
+	}
+}
+
+// TestInterruptedReportSaysWhatWasDone: a check interrupted after it changed
+// the node reports those changes, in the text report ("changed:") and in
+// -o json ("actions"); the run still exits 2 (could not check).
+func TestInterruptedReportSaysWhatWasDone(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	release := make(chan struct{})
+	defer close(release)
+	fixing := check.Func{CheckName: "modules", Fn: func(ctx context.Context) (check.Result, error) {
+		check.Record(ctx, "wrote /etc/modules-load.d/ipvs.conf: declared ip_vs")
+		check.Record(ctx, "loaded ip_vs")
+		cancel() // SIGTERM arrives
+		<-release
+		return check.Result{Status: check.StatusOK}, nil
+	}}
+	r := Run(ctx, "n1", "6.1.0", []check.Checker{fixing, fixed("ipvs", check.StatusOK)})
+	if r.ExitCode() != ExitError {
+		t.Errorf("exit code %d, want %d", r.ExitCode(), ExitError)
+	}
+	var js bytes.Buffer
+	if err := r.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Checks []struct {
+			Status  string
+			Message string
+			Actions []string
+		}
+	}
+	if err := json.Unmarshal(js.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"wrote /etc/modules-load.d/ipvs.conf: declared ip_vs", "loaded ip_vs"}
+	if c := rep.Checks[0]; c.Status != "error" || !slices.Equal(c.Actions, want) ||
+		!strings.Contains(c.Message, "interrupted (context canceled) after: wrote /etc/modules-load.d/ipvs.conf: declared ip_vs; loaded ip_vs") {
+		t.Errorf("JSON report of the interrupted check: %+v", c)
+	}
+	var text bytes.Buffer
+	if err := r.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "  changed:\n    wrote /etc/modules-load.d/ipvs.conf: declared ip_vs\n    loaded ip_vs\n") {
+		t.Errorf("text report:\n%s", text.String())
 	}
 }

@@ -39,6 +39,10 @@ const (
 	// seriesWindow is how long after an Event an isomorphic one (same type,
 	// action, reason, object and reporter) counts into its series.
 	seriesWindow = 6 * time.Minute
+	// eventWriteTimeout bounds one write (create or patch): an API server
+	// that accepts the request and never answers costs this, then the
+	// write counts as a failed try.
+	eventWriteTimeout = 10 * time.Second
 )
 
 // Recorder is an EventRecorder that writes through an EventInterface
@@ -48,13 +52,20 @@ const (
 // one is counted into the first one's series with a patch (each occurrence
 // is written at once, not batched); an Event the API server could not be
 // reached for is tried again every ten seconds, twelve times.
+//
+// Each write is bounded (10 s): a wedged API server that accepts
+// connections and never answers costs an Event at most its twelve tries
+// (about four minutes), not every later Event forever. An Event given up on
+// is dropped with an error log line "Dropped an Event" naming its reason,
+// action and note; Events queued beyond 1000 are dropped with one too.
 type Recorder struct {
-	client     EventsGetter
-	controller string
-	instance   string
-	clock      clock.Clock
-	retryAfter time.Duration
-	queue      chan *eventsv1.Event
+	client       EventsGetter
+	controller   string
+	instance     string
+	clock        clock.Clock
+	retryAfter   time.Duration
+	writeTimeout time.Duration
+	queue        chan *eventsv1.Event
 	// series is only touched by Run.
 	series map[seriesKey]*eventsv1.Event
 }
@@ -77,7 +88,7 @@ func NewRecorder(client EventsGetter, controller string) *Recorder {
 	hostname, _ := os.Hostname()
 	return &Recorder{
 		client: client, controller: controller, instance: controller + "-" + hostname,
-		clock: clock.RealClock{}, retryAfter: 10 * time.Second,
+		clock: clock.RealClock{}, retryAfter: 10 * time.Second, writeTimeout: eventWriteTimeout,
 		queue: make(chan *eventsv1.Event, eventQueueLength), series: map[seriesKey]*eventsv1.Event{},
 	}
 }
@@ -119,7 +130,7 @@ func (r *Recorder) Eventf(regarding runtime.Object, related runtime.Object, even
 	select {
 	case r.queue <- ev:
 	default:
-		logger.Error(nil, "Event queue full, dropping an Event", "reason", reason, "action", action)
+		logger.Error(nil, "Dropped an Event: the queue of Events to write is full", "reason", reason, "action", action, "note", ev.Note)
 	}
 }
 
@@ -177,7 +188,7 @@ func (r *Recorder) write(ctx context.Context, ev *eventsv1.Event, series bool) {
 		}
 		var status apierrors.APIStatus
 		if errors.As(err, &status) || try >= eventTries {
-			logger.Error(err, "Could not write Event (not trying again)", "reason", ev.Reason, "action", ev.Action, "tries", try)
+			logger.Error(err, "Dropped an Event: could not write it", "reason", ev.Reason, "action", ev.Action, "note", ev.Note, "tries", try)
 			return
 		}
 		logger.V(2).Info("Could not write Event (will try again)", "reason", ev.Reason, "err", err)
@@ -189,7 +200,10 @@ func (r *Recorder) write(ctx context.Context, ev *eventsv1.Event, series bool) {
 	}
 }
 
+// writeOnce makes one write of ev, bounded by writeTimeout.
 func (r *Recorder) writeOnce(ctx context.Context, ev *eventsv1.Event, series bool) error {
+	ctx, cancel := context.WithTimeout(ctx, r.writeTimeout)
+	defer cancel()
 	events := r.client.Events(ev.Namespace)
 	if series {
 		patch, err := json.Marshal(map[string]any{"series": ev.Series})

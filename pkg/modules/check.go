@@ -240,7 +240,9 @@ func (c *Checker) remediate(ctx context.Context, obs *Observation) (actions, fai
 			if len(m.CommentedOut) > 0 {
 				what = append(what, "commented out "+strings.Join(m.CommentedOut, ", ")+" (not in kernel "+obs.Release+")")
 			}
-			actions = append(actions, fmt.Sprintf("wrote %s: %s", c.cfg.DeclarationFile, strings.Join(what, "; ")))
+			act := fmt.Sprintf("wrote %s: %s", c.cfg.DeclarationFile, strings.Join(what, "; "))
+			actions = append(actions, act)
+			check.Record(ctx, act)
 			log.Info("Wrote module declaration file", "file", c.cfg.DeclarationFile, "from", src.from, "added", m.Added, "commentedOut", m.CommentedOut)
 		}
 	}
@@ -269,7 +271,7 @@ func (c *Checker) remediate(ctx context.Context, obs *Observation) (actions, fai
 		}
 		loader = nl
 	}
-	inserted, err := loader.Load(ctx, toLoad)
+	inserted, err := loader.Load(ctx, toLoad) // records each insertion itself
 	if len(inserted) > 0 {
 		actions = append(actions, "loaded "+strings.Join(inserted, ", "))
 		log.Info("Loaded kernel modules", "module", inserted)

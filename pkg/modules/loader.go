@@ -20,6 +20,7 @@ import (
 	"github.com/ulikunitz/xz"
 	"k8s.io/klog/v2"
 
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 )
 
@@ -54,7 +55,9 @@ type Loader interface {
 	// Load loads each named module (a module name or an alias) with
 	// everything it needs. It returns the modules it inserted, in order
 	// (already-loaded and built-in ones are not listed), and an error
-	// joining one error per name that could not be loaded.
+	// joining one error per name that could not be loaded. It records each
+	// insertion as "loaded <module>" with check.Record the moment it is
+	// made, so a run interrupted mid-load still reports it.
 	Load(ctx context.Context, names []string) ([]string, error)
 }
 
@@ -451,8 +454,12 @@ func (l *NativeLoader) insertTree(ctx context.Context, name string, visiting map
 			return fmt.Errorf("loading %s: dependency %s: %w", name, dep, err)
 		}
 	}
+	n := len(l.inserted)
 	if err := l.insertFile(name, e.Path); err != nil {
 		return err
+	}
+	if len(l.inserted) > n {
+		check.Record(ctx, "loaded "+name)
 	}
 	l.softLoad(ctx, name, "post", sd.Post, visiting)
 	return nil
