@@ -29,11 +29,35 @@ func (r Root) openat(p string, flags uint64, mode uint32) (int, error) {
 	return openIn(rootfd, rel(p), flags, mode)
 }
 
+// maxAgain bounds the opens retried on EAGAIN; the retries after the first
+// few wait againPause each, so a path that keeps answering EAGAIN costs
+// about 0.1 s, never a spinning CPU.
+const (
+	maxAgain   = 100
+	againPause = time.Millisecond
+)
+
+// ErrBusy is returned when a file keeps refusing a non-blocking open: a
+// lease held by another process (until the kernel breaks it, 45 s by
+// default), or renames racing the path's resolution without pause.
+var ErrBusy = errors.New("the file stays busy: a lease held by another process, or renames racing its path")
+
 func openIn(dirfd int, relPath string, flags uint64, mode uint32) (int, error) {
-	for {
+	for again := 0; ; {
 		fd, err := unix.Openat2(dirfd, relPath, &unix.OpenHow{Flags: flags | unix.O_CLOEXEC, Mode: uint64(mode), Resolve: resolveFlags})
-		if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
-			continue // EAGAIN: a concurrent rename raced the resolution; try again
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EAGAIN) && again < maxAgain:
+			// A concurrent rename raced the resolution (openat2), or a
+			// lease is being broken (O_NONBLOCK): try again, soon.
+			again++
+			if again > 8 {
+				time.Sleep(againPause)
+			}
+			continue
+		case errors.Is(err, unix.EAGAIN):
+			return -1, fmt.Errorf("%w (%d tries)", ErrBusy, again+1)
 		}
 		return fd, err
 	}
