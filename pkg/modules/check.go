@@ -324,8 +324,8 @@ func itThem(names []string) string {
 }
 
 // remediation words the exact fix.
-func (c *Checker) remediation(obs *Observation, p problems) []string {
-	var out []string
+func (c *Checker) remediation(obs *Observation, p problems) []check.Step {
+	var out []check.Step
 	d := c.cfg.Distro
 	if d == "" {
 		d = distro.Detect(c.cfg.Root)
@@ -360,26 +360,28 @@ func (c *Checker) remediation(obs *Observation, p problems) []string {
 		if len(shipped) > 0 {
 			line += fmt.Sprintf("; set kube-proxy's IPVS scheduler to one this kernel ships: %s", strings.Join(shipped, ", "))
 		}
-		out = append(out, line+".")
+		out = append(out, check.Step{line + "."})
 	}
 	src, m, err := c.ownedMerge(obs)
 	if err == nil && src.link != "" && !obs.declaredEverywhere() {
-		out = append(out, fmt.Sprintf("%s is a symbolic link to %s, which ipvs-guard neither reads nor writes through: replace it with a regular file, or declare the modules in another modules-load.d file.", c.cfg.DeclarationFile, src.link))
+		out = append(out, check.Step{fmt.Sprintf("%s is a symbolic link to %s, which ipvs-guard neither reads nor writes through: replace it with a regular file, or declare the modules in another modules-load.d file.", c.cfg.DeclarationFile, src.link)})
 	} else if err == nil && m.Changed {
-		out = append(out, fmt.Sprintf("Declare the modules for boot on every node: %s must read (ipvs-guard diagnose --fix writes it, keeping every other line):\n%s", c.cfg.DeclarationFile, strings.TrimRight(strings.ReplaceAll(string(m.Content), "\r", ""), "\n")))
+		step := check.Step{fmt.Sprintf("Declare the modules for boot on every node: %s must read (ipvs-guard diagnose --fix writes it, keeping every other line):", c.cfg.DeclarationFile)}
+		step = append(step, strings.Split(strings.TrimRight(strings.ReplaceAll(string(m.Content), "\r", ""), "\n"), "\n")...)
+		out = append(out, step)
 	}
 	if len(p.notLoaded) > 0 {
-		out = append(out, fmt.Sprintf("Load them now, as root on the node: ipvs-guard diagnose --fix (or by hand: modprobe -a %s).", strings.Join(p.notLoaded, " ")))
+		out = append(out, check.Step{fmt.Sprintf("Load them now, as root on the node: ipvs-guard diagnose --fix (or by hand: modprobe -a %s).", strings.Join(p.notLoaded, " "))})
 	}
 	for _, f := range p.stale {
 		for _, file := range f.DeclaredIn {
 			if file != c.cfg.DeclarationFile {
-				out = append(out, fmt.Sprintf("Remove or comment out %s in %s: kernel %s does not have it (ipvs-guard leaves files it does not own to their owner).", f.Module, file, obs.Release))
+				out = append(out, check.Step{fmt.Sprintf("Remove or comment out %s in %s: kernel %s does not have it (ipvs-guard leaves files it does not own to their owner).", f.Module, file, obs.Release)})
 			}
 		}
 	}
 	if len(p.notLoaded) > 0 || len(p.notPersisted) > 0 {
-		out = append(out, distroModuleHint(d))
+		out = append(out, check.Step{distroModuleHint(d)})
 	}
 	return out
 }
