@@ -76,6 +76,11 @@ bench-diagnose:
 bench-hostile:
 	hack/bench-hostile.sh
 
+## bench-memory: peak RSS of diagnose --root (and --fix) with each parsed host file at its size limit, and all at once, against the chart's 128 MiB
+.PHONY: bench-memory
+bench-memory:
+	hack/bench-memory.sh
+
 ## test-guest: guest-tagged tests inside a stock Debian kernel under QEMU (hack/guest/README.md)
 .PHONY: test-guest
 test-guest:

@@ -3,10 +3,10 @@
 package modules
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -183,10 +183,10 @@ func (c *Checker) ownedMerge(obs *Observation) (src ownedSource, m MergeResult, 
 		return src, MergeResult{}, err
 	}
 	var existing []byte
-	if f, err := openDeclarations(c.cfg.Root, src.from); err != nil {
+	if f, err := openDeclarations(c.cfg.Root, src.from, limitOwnedDeclarationFile); err != nil {
 		return src, MergeResult{}, err
 	} else if f != nil {
-		existing, err = io.ReadAll(f)
+		existing, err = hostfs.ReadAll(f)
 		f.Close()
 		if err != nil {
 			return src, MergeResult{}, fmt.Errorf("reading %w", err)
@@ -205,6 +205,9 @@ func (c *Checker) ownedMerge(obs *Observation) (src ownedSource, m MergeResult, 
 		}
 	}
 	m = MergeDeclarations(existing, want, stale)
+	if int64(len(m.Content)) > limitOwnedDeclarationFile.Max-512 { // room for the header below
+		return src, MergeResult{}, fmt.Errorf("merging %s: the result would be larger than the %s: %w", c.cfg.Root.Path(src.from), limitOwnedDeclarationFile, hostfs.ErrTooLarge)
+	}
 	if src.from != c.cfg.DeclarationFile {
 		head := fmt.Sprintf("# ipvs-guard: started from %s, which this file overrides (systemd-modules-load reads one file of a name).\n", src.from)
 		m.Content = append([]byte(head), m.Content...)
@@ -332,7 +335,7 @@ func (c *Checker) remediation(obs *Observation, p problems) []check.Step {
 	}
 	if len(p.notInKernel) > 0 {
 		var shipped []string
-		for _, n := range obs.Index.Names() {
+		for n := range obs.Index.deps { // not Names(): no sorted copy of every name
 			if s, ok := strings.CutPrefix(n, "ip_vs_"); ok && isScheduler(s) {
 				shipped = append(shipped, s)
 			}
@@ -366,9 +369,7 @@ func (c *Checker) remediation(obs *Observation, p problems) []check.Step {
 	if err == nil && src.link != "" && !obs.declaredEverywhere() {
 		out = append(out, check.Step{fmt.Sprintf("%s is a symbolic link to %s, which ipvs-guard neither reads nor writes through: replace it with a regular file, or declare the modules in another modules-load.d file.", c.cfg.DeclarationFile, src.link)})
 	} else if err == nil && m.Changed {
-		step := check.Step{fmt.Sprintf("Declare the modules for boot on every node: %s must read (ipvs-guard diagnose --fix writes it, keeping every other line):", c.cfg.DeclarationFile)}
-		step = append(step, strings.Split(strings.TrimRight(strings.ReplaceAll(string(m.Content), "\r", ""), "\n"), "\n")...)
-		out = append(out, step)
+		out = append(out, declarationStep(c.cfg.DeclarationFile, m))
 	}
 	if len(p.notLoaded) > 0 {
 		out = append(out, check.Step{fmt.Sprintf("Load them now, as root on the node: ipvs-guard diagnose --fix (or by hand: modprobe -a %s).", strings.Join(p.notLoaded, " "))})
@@ -384,6 +385,26 @@ func (c *Checker) remediation(obs *Observation, p problems) []check.Step {
 		out = append(out, check.Step{distroModuleHint(d)})
 	}
 	return out
+}
+
+// maxShownDeclarationLines: a declaration file of more lines is not shown
+// whole in the remediation (a report is read by a person, and holding it
+// all costs memory); its changes are.
+const maxShownDeclarationLines = 100
+
+// declarationStep words the declaration file's fix: its whole new content
+// when short, else what the merge adds and comments out.
+func declarationStep(file string, m MergeResult) check.Step {
+	if n := bytes.Count(m.Content, []byte("\n")); n > maxShownDeclarationLines {
+		step := check.Step{fmt.Sprintf("Declare the modules for boot on every node: ipvs-guard diagnose --fix rewrites %s (%d lines, every other line kept as written), adding these lines:", file, n)}
+		step = append(step, m.Added...)
+		if len(m.CommentedOut) > 0 {
+			step = append(step, "and commenting out the lines declaring "+strings.Join(m.CommentedOut, ", ")+".")
+		}
+		return step
+	}
+	step := check.Step{fmt.Sprintf("Declare the modules for boot on every node: %s must read (ipvs-guard diagnose --fix writes it, keeping every other line):", file)}
+	return append(step, strings.Split(strings.TrimRight(strings.ReplaceAll(string(m.Content), "\r", ""), "\n"), "\n")...)
 }
 
 // isScheduler reports whether an ip_vs_<s> module is a scheduler (not a

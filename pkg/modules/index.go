@@ -32,16 +32,23 @@ type Index struct {
 	host string // /lib/modules/<release>, a host path under root
 }
 
-// Limits of the files a module index is read from: far above any real one
-// (a distribution kernel's modules.dep is under 1 MiB, modules.alias under 2).
+// Limits of the files a module index and the loader are read from. Each is
+// several times the largest real file (Debian 11, 12 and 13 kernels:
+// modules.dep 0.50–0.63 MB, modules.alias 1.27–1.38 MB, modules.alias.bin
+// 1.21–1.31 MB, modules.dep.bin 0.67–0.82 MB, modules.builtin 5.6–6.6 KB,
+// modules.softdep 1.2–2.5 KB; /proc/modules is a few KiB), and small
+// enough that diagnose (--fix included) with every one of them at its limit
+// stays far inside the chart's 128 MiB memory limit: a module index is
+// held in memory, so its limit is its cost (TestParserMemoryAtLimits,
+// make bench-memory).
 var (
-	limitModulesDep     = hostfs.Limit{Kind: "modules.dep", Max: 64 << 20}
-	limitModulesBuiltin = hostfs.Limit{Kind: "modules.builtin", Max: 16 << 20}
-	limitModulesAlias   = hostfs.Limit{Kind: "modules.alias", Max: 64 << 20}
-	limitBinIndex       = hostfs.Limit{Kind: "a binary module index", Max: 64 << 20}
-	limitModulesSoftdep = hostfs.Limit{Kind: "modules.softdep", Max: 16 << 20}
-	limitModprobeConf   = hostfs.Limit{Kind: "a modprobe.d file", Max: 16 << 20}
-	limitProcModules    = hostfs.Limit{Kind: "/proc/modules", Max: 16 << 20}
+	limitModulesDep     = hostfs.Limit{Kind: "modules.dep", Max: 4 << 20}
+	limitModulesBuiltin = hostfs.Limit{Kind: "modules.builtin", Max: 1 << 20}
+	limitModulesAlias   = hostfs.Limit{Kind: "modules.alias", Max: 4 << 20}
+	limitBinIndex       = hostfs.Limit{Kind: "a binary module index", Max: 4 << 20}
+	limitModulesSoftdep = hostfs.Limit{Kind: "modules.softdep", Max: 1 << 20}
+	limitModprobeConf   = hostfs.Limit{Kind: "a modprobe.d file", Max: 1 << 20}
+	limitProcModules    = hostfs.Limit{Kind: "/proc/modules", Max: 1 << 20}
 	limitSmallKernel    = hostfs.Limit{Kind: "a sysfs value", Max: 4 << 10}
 )
 
@@ -151,10 +158,8 @@ func (ix *Index) IsBuiltin(name string) bool { return ix != nil && ix.Builtin[No
 // conversion would make.
 func readString(r io.Reader) (string, error) {
 	var b strings.Builder
-	if f, ok := r.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil && fi.Size() > 0 && fi.Size() < 1<<30 {
-			b.Grow(int(fi.Size()) + 1)
-		}
+	if n := hostfs.SizeHint(r); n > 0 && n < 1<<30 {
+		b.Grow(int(n) + 1)
 	}
 	if _, err := io.Copy(&b, r); err != nil {
 		return "", err
