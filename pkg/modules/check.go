@@ -335,7 +335,7 @@ func (c *Checker) remediation(obs *Observation, p problems) []check.Step {
 	}
 	if len(p.notInKernel) > 0 {
 		var shipped []string
-		for n := range obs.Index.deps { // not Names(): no sorted copy of every name
+		for _, n := range obs.Index.namesWithPrefix("ip_vs_") {
 			if s, ok := strings.CutPrefix(n, "ip_vs_"); ok && isScheduler(s) {
 				shipped = append(shipped, s)
 			}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path"
-	"sort"
 	"strings"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
@@ -27,7 +26,7 @@ type Index struct {
 	// mount, or depmod never ran): availability is then unknown, not false.
 	DepMissing bool
 
-	deps map[string]string // module name → its modules.dep line, split on demand
+	deps depIndex // module name → its modules.dep line, split on demand
 	root hostfs.Root
 	host string // /lib/modules/<release>, a host path under root
 }
@@ -68,16 +67,16 @@ func ReadIndex(root hostfs.Root, release string) (*Index, error) {
 		return nil, fmt.Errorf("reading the module index: %w", err)
 	}
 	host := path.Join("/lib/modules", release)
-	ix := &Index{Release: release, Dir: root.Path(host), root: root, host: host, deps: map[string]string{}, Builtin: map[string]bool{}}
+	ix := &Index{Release: release, Dir: root.Path(host), root: root, host: host, Builtin: map[string]bool{}}
 	err := parseFile(root, path.Join(host, "modules.dep"), limitModulesDep, func(r io.Reader) error {
 		data, err := readString(r)
 		if err != nil {
 			return err
 		}
-		if ix.deps, err = indexModulesDep(data); err != nil {
+		if ix.deps, err = newDepIndex(data); err != nil {
 			return err
 		}
-		if len(ix.deps) == 0 {
+		if ix.deps.len() == 0 {
 			return fmt.Errorf("it lists no module: %w", ErrIndexInconsistent)
 		}
 		if !strings.HasSuffix(data, "\n") {
@@ -88,7 +87,7 @@ func ReadIndex(root hostfs.Root, release string) (*Index, error) {
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		ix.DepMissing = true
-		ix.deps = map[string]string{}
+		ix.deps = depIndex{}
 	case err != nil:
 		return nil, err
 	}
@@ -112,7 +111,7 @@ func (ix *Index) Ships(name string) bool {
 		return false
 	}
 	name = Normalize(name)
-	_, ok := ix.deps[name]
+	_, ok := ix.deps.lookup(name)
 	return ok || ix.Builtin[name]
 }
 
@@ -121,7 +120,7 @@ func (ix *Index) Loadable(name string) bool {
 	if ix == nil {
 		return false
 	}
-	_, ok := ix.deps[Normalize(name)]
+	_, ok := ix.deps.lookup(Normalize(name))
 	return ok
 }
 
@@ -130,7 +129,7 @@ func (ix *Index) Loadable(name string) bool {
 // when the module's line is malformed.
 func (ix *Index) Entry(name string) (DepEntry, error) {
 	name = Normalize(name)
-	line, ok := ix.deps[name]
+	line, ok := ix.deps.lookup(name)
 	if !ok {
 		return DepEntry{}, fmt.Errorf("%s: %w: not in modules.dep of kernel %s", name, ErrModuleNotFound, ix.Release)
 	}
@@ -143,11 +142,24 @@ func (ix *Index) Entry(name string) (DepEntry, error) {
 
 // Names returns the loadable modules' names, sorted.
 func (ix *Index) Names() []string {
-	out := make([]string, 0, len(ix.deps))
-	for n := range ix.deps {
+	out := make([]string, ix.deps.len())
+	for i := range out {
+		out[i] = ix.deps.name(i)
+	}
+	return out
+}
+
+// namesWithPrefix returns the loadable modules' names that start with
+// prefix, sorted, without a list of every name.
+func (ix *Index) namesWithPrefix(prefix string) []string {
+	var out []string
+	for i := ix.deps.search(prefix); i < ix.deps.len(); i++ {
+		n := ix.deps.name(i)
+		if !strings.HasPrefix(n, prefix) {
+			break
+		}
 		out = append(out, n)
 	}
-	sort.Strings(out)
 	return out
 }
 
