@@ -30,8 +30,8 @@ trap 'rm -rf "$work"' EXIT
 rel=6.1.0-56-amd64
 budget=$((128 << 20))
 
-: "${LIMIT_DEP:=$((8 << 20))}" "${LIMIT_BUILTIN:=$((1 << 20))}" "${LIMIT_BIN:=$((16 << 20))}"
-: "${LIMIT_PROCMODULES:=$((4 << 20))}" "${LIMIT_CONF:=$((16 << 20))}" "${LIMIT_OWNED:=$((1 << 20))}"
+: "${LIMIT_DEP:=$((4 << 20))}" "${LIMIT_BUILTIN:=$((1 << 20))}" "${LIMIT_BIN:=$((4 << 20))}"
+: "${LIMIT_PROCMODULES:=$((1 << 20))}" "${LIMIT_CONF:=$((16 << 20))}" "${LIMIT_OWNED:=$((1 << 20))}"
 
 # grow FILE SIZE KIND: append valid lines of KIND to FILE until it is SIZE bytes.
 grow() {
@@ -40,10 +40,10 @@ import os, sys
 path, size, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 head = open(path, "rb").read() if os.path.exists(path) else b""
 line = {
-    "dep": lambda i: b"kernel/fill/m%07d.ko:\n" % i,
-    "builtin": lambda i: b"kernel/fill/m%07d.ko\n" % i,
-    "procmodules": lambda i: b"m%07d 16384 0 - Live 0x0000000000000000\n" % i,
-    "conf": lambda i: b"m%07d\n" % i,
+    "dep": lambda i: b"m%07x.ko:\n" % i,
+    "builtin": lambda i: b"b%07x.ko\n" % i,
+    "procmodules": lambda i: b"p%07x 1 0 - Live 0x0\n" % i,
+    "conf": lambda i: b"d%07x\n" % i,
     "bin": None,
 }[kind]
 with open(path, "wb") as f:
