@@ -213,3 +213,54 @@ func TestParserMemoryChild(t *testing.T) {
 	}
 	fmt.Printf("memory: live heap %d bytes, runtime %d bytes, VmHWM %d kB\n", peakLive.Load(), s[0].Value.Uint64(), hwm)
 }
+
+// TestOwnedFileLimits: an owned declaration file near its merge limit is
+// not rewritten past it (the next run could not read it back): the fix
+// fails naming the limit and the file keeps every byte; a long one that
+// fits is merged and the remediation shows the changes, not the file.
+func TestOwnedFileLimits(t *testing.T) {
+	tests := []struct {
+		name      string
+		size      int64
+		wantWrite bool
+	}{
+		{"at the limit", limitOwnedDeclarationFile.Max, false},
+		{"long but fits", 64 << 10, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := copyTree(t, "debian12")
+			owned := filepath.Join(dir, "etc/modules-load.d/ipvs.conf")
+			growFile(t, owned, tt.size, func(i int) string { return fmt.Sprintf("o%07x\n", i) })
+			before, _ := os.ReadFile(owned)
+			observe := NewChecker(Config{Root: hostfs.New(dir), Loader: &procLoader{root: dir}})
+			res, err := observe.Run(testCtx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range res.Remediation {
+				if len(s) > maxShownDeclarationLines+2 {
+					t.Errorf("a remediation step of %d lines: the file is shown whole", len(s))
+				}
+			}
+			fix := NewChecker(Config{Root: hostfs.New(dir), Remediate: true, Loader: &procLoader{root: dir}})
+			res, err = fix.Run(testCtx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			after, _ := os.ReadFile(owned)
+			if tt.wantWrite {
+				if !strings.HasPrefix(string(after), string(before)) || !strings.Contains(string(after), "\nip_vs\n") {
+					t.Errorf("the merged file lost lines or declares nothing new (%d → %d bytes)", len(before), len(after))
+				}
+				return
+			}
+			if string(after) != string(before) {
+				t.Errorf("the owned file changed although its merge is over the limit")
+			}
+			if !strings.Contains(res.Message, limitOwnedDeclarationFile.String()) {
+				t.Errorf("message does not name the %s: %s", limitOwnedDeclarationFile, res.Message)
+			}
+		})
+	}
+}
