@@ -6,7 +6,8 @@
 # limit (deploy/ipvs-guard/values.yaml). Each tree is a copy of
 # pkg/modules/testdata/debian12 with one file grown to the size, its content
 # valid to the end (the parser's worst case: many short lines, each a new
-# module). Peak RSS is the kernel's own figure (/usr/bin/time -v, from
+# module; modules-load.d-ipvs: a modules-load.d file of distinct ip_vs_*
+# names, each a stale declaration). Peak RSS is the kernel's own figure (/usr/bin/time -v, from
 # Debian's time package). The loader's files (modules.alias, its .bin,
 # modules.softdep, modprobe.d) are read only when loading into the running
 # kernel, never for a --root tree: TestParserMemoryAtLimits in pkg/modules
@@ -44,6 +45,7 @@ line = {
     "builtin": lambda i: b"b%07x.ko\n" % i,
     "procmodules": lambda i: b"p%07x 1 0 - Live 0x0\n" % i,
     "conf": lambda i: b"d%07x\n" % i,
+    "conf-ipvs": lambda i: b"ip_vs_%07x\n" % i,
     "bin": None,
 }[kind]
 with open(path, "wb") as f:
@@ -85,6 +87,7 @@ setfile() {
 	modules.dep.bin) grow "$r/lib/modules/$rel/modules.dep.bin" "$size" bin ;;
 	/proc/modules) grow "$r/proc/modules" "$size" procmodules ;;
 	modules-load.d) grow "$r/etc/modules-load.d/big.conf" "$size" conf ;;
+	modules-load.d-ipvs) grow "$r/etc/modules-load.d/big.conf" "$size" conf-ipvs ;;
 	/etc/modules) grow "$r/etc/modules" "$size" conf ;;
 	ipvs.conf) grow "$r/etc/modules-load.d/ipvs.conf" "$size" conf ;;
 	esac
@@ -96,7 +99,7 @@ limit_of() {
 	modules.builtin) echo "$LIMIT_BUILTIN" ;;
 	modules.dep.bin) echo "$LIMIT_BIN" ;;
 	/proc/modules) echo "$LIMIT_PROCMODULES" ;;
-	modules-load.d | /etc/modules) echo "$LIMIT_CONF" ;;
+	modules-load.d | modules-load.d-ipvs | /etc/modules) echo "$LIMIT_CONF" ;;
 	ipvs.conf) echo "$LIMIT_OWNED" ;;
 	esac
 }
@@ -126,7 +129,7 @@ r=$(fresh baseline)
 run "(none)" "-" "$r"
 run "(none)" "-" "$r" --fix
 
-for which in modules.dep modules.builtin modules.dep.bin /proc/modules modules-load.d /etc/modules ipvs.conf; do
+for which in modules.dep modules.builtin modules.dep.bin /proc/modules modules-load.d modules-load.d-ipvs /etc/modules ipvs.conf; do
 	lim=$(limit_of "$which")
 	for size in $((lim - 1)) "$lim"; do
 		label="$which"

@@ -5,6 +5,7 @@ package modules
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -102,6 +103,14 @@ func TestParserMemoryAtLimits(t *testing.T) {
 	}
 	rel := "6.1.0-56-amd64"
 	lib := filepath.Join(dir, "lib/modules", rel)
+	// modules-load.d files and /etc/modules are read as a stream, holding
+	// one declaration per module and file, so their size costs time, not
+	// memory: under the race detector (ten times slower) they are 1 MiB,
+	// and make bench-memory measures them at their limit.
+	streamed := limitModulesLoadConf
+	if raceDetector {
+		streamed.Max = 1 << 20
+	}
 	files := []struct {
 		path string
 		lim  hostfs.Limit
@@ -115,8 +124,8 @@ func TestParserMemoryAtLimits(t *testing.T) {
 		{filepath.Join(lib, "modules.softdep"), limitModulesSoftdep, func(i int) string { return fmt.Sprintf("softdep m%07x pre: p\n", i) }},
 		{filepath.Join(dir, "etc/modprobe.d/big.conf"), limitModprobeConf, func(i int) string { return fmt.Sprintf("options m%07x a=1\n", i) }},
 		{filepath.Join(dir, "proc/modules"), limitProcModules, func(i int) string { return fmt.Sprintf("p%07x 1 0 - Live 0x0\n", i) }},
-		{filepath.Join(dir, "etc/modules-load.d/big.conf"), limitModulesLoadConf, func(i int) string { return fmt.Sprintf("d%07x\n", i) }},
-		{filepath.Join(dir, "etc/modules"), limitModulesLoadConf, func(i int) string { return fmt.Sprintf("e%07x\n", i) }},
+		{filepath.Join(dir, "etc/modules-load.d/big.conf"), streamed, func(i int) string { return []string{"ip_vs\n", fmt.Sprintf("d%07x\n", i)}[i%2] }},
+		{filepath.Join(dir, "etc/modules"), streamed, func(i int) string { return []string{"nf_conntrack\n", fmt.Sprintf("e%07x\n", i)}[i%2] }},
 		{filepath.Join(dir, "etc/modules-load.d/ipvs.conf"), limitOwnedDeclarationFile, func(i int) string { return fmt.Sprintf("o%07x\n", i) }},
 	}
 	for _, f := range files {
@@ -262,5 +271,34 @@ func TestOwnedFileLimits(t *testing.T) {
 				t.Errorf("message does not name the %s: %s", limitOwnedDeclarationFile, res.Message)
 			}
 		})
+	}
+}
+
+// TestScanDeclarationsBounded: a module declared on every line of a file
+// is held once; more distinct declarations than any host has (each would
+// be a stale finding and a line of the report) is an error, not gigabytes.
+func TestScanDeclarationsBounded(t *testing.T) {
+	dir := copyTree(t, "debian12")
+	big := filepath.Join(dir, "etc/modules-load.d/big.conf")
+	growFile(t, big, 1<<20, func(int) string { return "ip_vs\n" })
+	decls, err := ScanDeclarations(hostfs.New(dir), isIPVSRelated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, d := range decls {
+		if d.File == "/etc/modules-load.d/big.conf" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("ip_vs on every line of a file: %d declarations held, want 1", n)
+	}
+	if err := os.Remove(big); err != nil {
+		t.Fatal(err)
+	}
+	growFile(t, big, 1<<20, func(i int) string { return fmt.Sprintf("ip_vs_%07x\n", i) })
+	if _, err := ScanDeclarations(hostfs.New(dir), isIPVSRelated); !errors.Is(err, ErrTooManyDeclarations) || !strings.Contains(err.Error(), "big.conf") {
+		t.Errorf("%d distinct declarations: %v, want ErrTooManyDeclarations naming the file", 1<<20/14, err)
 	}
 }

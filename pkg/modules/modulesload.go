@@ -194,11 +194,22 @@ func isDevNullTarget(p, target string) bool {
 	return path.Clean(target) == "/dev/null"
 }
 
+// maxDeclarations bounds the declarations ScanDeclarations holds: a real
+// host declares a few dozen modules; a file declaring thousands of
+// distinct ones (each one a finding if the kernel lacks it) is not a host's.
+const maxDeclarations = 4096
+
+// ErrTooManyDeclarations: the modules-load.d files declare more distinct
+// modules than maxDeclarations.
+var ErrTooManyDeclarations = errors.New("too many module declarations")
+
 // ScanDeclarations returns the modules declared for boot on the host at
 // root for which keep returns true (nil keeps all): those of each file
 // ModulesLoadFiles lists, in file-name order, then those of Debian's
-// /etc/modules. Only the declarations kept are held in memory, so a huge
-// file costs its reading time, not its size. A missing directory or
+// /etc/modules, the first line declaring a module in a file only. Only
+// the declarations kept are held in memory, so a huge file costs its
+// reading time, not its size; more than maxDeclarations of them is an
+// error wrapping ErrTooManyDeclarations. A missing directory or
 // /etc/modules is fine; an unreadable one is an error.
 func ScanDeclarations(root hostfs.Root, keep func(module string) bool) ([]Declaration, error) {
 	files, err := ModulesLoadFiles(root)
@@ -217,12 +228,18 @@ func ScanDeclarations(root hostfs.Root, keep func(module string) bool) ([]Declar
 			return err
 		}
 		defer f.Close()
+		seen := map[string]bool{}
 		err = scanModulesLoad(f, etc, func(d Declaration) {
-			if keep == nil || keep(d.Module) {
-				d.File = p
-				out = append(out, d)
+			if seen[d.Module] || (keep != nil && !keep(d.Module)) || len(out) > maxDeclarations {
+				return
 			}
+			seen[d.Module] = true
+			d.File = p
+			out = append(out, d)
 		})
+		if err == nil && len(out) > maxDeclarations {
+			return fmt.Errorf("%s and the files before it declare more than %d distinct modules (a real host declares a few dozen): %w", root.Path(p), maxDeclarations, ErrTooManyDeclarations)
+		}
 		if errors.Is(err, hostfs.ErrTooLarge) {
 			return fmt.Errorf("reading %w", err)
 		}
