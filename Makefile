@@ -82,6 +82,11 @@ bench-diagnose:
 bench-hostile:
 	hack/bench-hostile.sh
 
+## bench-memory: peak RSS of diagnose --root (and --fix) with each parsed host file at its size limit, and all at once, against the chart's 128 MiB
+.PHONY: bench-memory
+bench-memory:
+	hack/bench-memory.sh
+
 ## test-guest: guest-tagged tests inside stock Debian kernels under QEMU: all on bookworm's 6.1; module loading, systemd-modules-load and IPVS also on bullseye's 5.10 and trixie's 6.12 (.ko.xz), each judged by its own release's systemd (hack/guest/README.md)
 .PHONY: test-guest
 test-guest:

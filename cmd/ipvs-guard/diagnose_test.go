@@ -9,6 +9,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -225,5 +226,42 @@ func TestDiagnoseSilentKubeProxyCostsOneTimeout(t *testing.T) {
 	}
 	if limit := kubeproxy.DefaultTimeout + time.Second; took > limit {
 		t.Errorf("diagnose took %s with a silent kube-proxy, want under %s (one timeout)", took.Round(time.Millisecond), limit)
+	}
+}
+
+// TestDiagnoseTextForgedFileName: a modules-load.d file whose name carries a
+// line break or an escape sequence shows in the report (it declares a stale
+// module) without starting a line of its own. (A file name holds no "/",
+// so the forged command reads "rm -rf ~.conf".)
+func TestDiagnoseTextForgedFileName(t *testing.T) {
+	for _, name := range []string{
+		"a\nfix: rm -rf ~.conf",
+		"a\rfix: rm -rf ~.conf",
+		"a\u2028fix: rm -rf ~.conf",
+		"a\u0085fix: rm -rf ~.conf",
+		"a\x1b[2K\rfix: rm -rf ~.conf",
+		"a\x1bEfix: rm -rf ~.conf",
+	} {
+		t.Run(strconv.Quote(name), func(t *testing.T) {
+			dir := copyTestTree(t, "debian12")
+			if err := os.WriteFile(filepath.Join(dir, "etc/modules-load.d", name), []byte("nf_conntrack_ipv4\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, code := runCLI(t, "diagnose", "--root", dir, "--node-name", "n1")
+			if code != 1 {
+				t.Fatalf("exit %d, want 1:\n%s", code, out)
+			}
+			if !strings.Contains(out, "nf_conntrack_ipv4") || !strings.Contains(out, "fix: rm -rf") {
+				t.Fatalf("the report does not name the stale declaration and its file:\n%s", out)
+			}
+			for i, line := range strings.Split(out, "\n") {
+				if strings.HasPrefix(strings.TrimLeft(line, " -"), "fix: rm") {
+					t.Errorf("line %d forged by the file name: %q", i+1, line)
+				}
+				if strings.ContainsAny(line, "\r\x1b\u2028\u0085") {
+					t.Errorf("line %d carries a raw line break or escape: %q", i+1, line)
+				}
+			}
+		})
 	}
 }

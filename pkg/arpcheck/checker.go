@@ -548,7 +548,7 @@ func methods(findings []Finding, probed []bool, problemsOnly bool) string {
 }
 
 // remediation returns one hint per kind of failure seen.
-func remediation(findings []Finding, probed []bool) []string {
+func remediation(findings []Finding, probed []bool) []check.Step {
 	seen := map[Result]bool{}
 	conflicts := map[Family]bool{}
 	for i, f := range findings {
@@ -557,18 +557,18 @@ func remediation(findings []Finding, probed []bool) []string {
 			conflicts[f.Family] = conflicts[f.Family] || f.Result == ResultConflict
 		}
 	}
-	var out []string
+	var out []check.Step
 	if conflicts[FamilyIPv6] {
-		out = append(out, "Several MACs answer neighbour solicitations for one IPv6 address: Linux answers only for addresses on the receiving interface (an IPv6 address on kube-ipvs0 is never answered, strictARP or not), so look for a host with the address configured on its LAN interface, a proxy_ndp entry (ip -6 neigh show proxy) or a second announcer (the MACs are listed above).")
+		out = append(out, check.Step{"Several MACs answer neighbour solicitations for one IPv6 address: Linux answers only for addresses on the receiving interface (an IPv6 address on kube-ipvs0 is never answered, strictARP or not), so look for a host with the address configured on its LAN interface, a proxy_ndp entry (ip -6 neigh show proxy) or a second announcer (the MACs are listed above)."})
 	}
 	if conflicts[FamilyIPv4] {
-		out = append(out, "Several MACs answer ARP for one IP: enable strictARP in kube-proxy (ipvs.strictARP: true, i.e. net.ipv4.conf.all.arp_ignore=1 and arp_announce=2) so nodes stop answering for addresses on kube-ipvs0, and look for another host statically configured with the address (the MACs are listed above).")
+		out = append(out, check.Step{"Several MACs answer ARP for one IP: enable strictARP in kube-proxy (ipvs.strictARP: true, i.e. net.ipv4.conf.all.arp_ignore=1 and arp_announce=2) so nodes stop answering for addresses on kube-ipvs0, and look for another host statically configured with the address (the MACs are listed above)."})
 	}
 	if seen[ResultWrongResponder] {
-		out = append(out, "A MAC other than the announcing node's answers: check which node MetalLB elected (kubectl get servicel2statuses -A) and whether another host holds the address.")
+		out = append(out, check.Step{"A MAC other than the announcing node's answers: check which node MetalLB elected (kubectl get servicel2statuses -A) and whether another host holds the address."})
 	}
 	if seen[ResultNoReply] {
-		out = append(out, "Nobody answers ARP (or, for IPv6, neighbour solicitations): check that a MetalLB speaker announces the IP (an L2Advertisement covering its IPAddressPool, a speaker pod running with NET_RAW on a node its node selector allows: kubectl -n metallb-system logs ds/speaker) and that the prober is on the IP's layer-2 segment.")
+		out = append(out, check.Step{"Nobody answers ARP (or, for IPv6, neighbour solicitations): check that a MetalLB speaker announces the IP (an L2Advertisement covering its IPAddressPool, a speaker pod running with NET_RAW on a node its node selector allows: kubectl -n metallb-system logs ds/speaker) and that the prober is on the IP's layer-2 segment."})
 	}
 	return out
 }

@@ -225,7 +225,7 @@ func TestChecker(t *testing.T) {
 				}
 			}
 			if res.Status == check.StatusProblem {
-				rem := strings.Join(res.Remediation, "\n")
+				rem := check.JoinSteps(res.Remediation, "\n")
 				for _, s := range []string{"ipvs-strict-arp=true", "kube-proxy-arg", "sysctl -w net.ipv4.conf.all.", SysctlFile} {
 					if !strings.Contains(rem, s) {
 						t.Errorf("remediation lacks %q:\n%s", s, rem)
@@ -241,7 +241,7 @@ func TestRemediationPerInterface(t *testing.T) {
 		{Sysctl: "net.ipv4.conf.eth0.arp_ignore", Interface: "eth0", Value: 3, Effective: 3},
 		{Sysctl: "net.ipv4.conf.eth1.arp_ignore", Interface: "eth1", Value: 0, Effective: 0},
 	}
-	rem := strings.Join(Remediation(distro.Kubeadm, bad), "\n")
+	rem := check.JoinSteps(Remediation(distro.Kubeadm, bad), "\n")
 	for _, s := range []string{"net.ipv4.conf.eth0.arp_ignore=1", "net.ipv4.conf.all.arp_ignore=1", "strictARP: true"} {
 		if !strings.Contains(rem, s) {
 			t.Errorf("remediation lacks %q:\n%s", s, rem)

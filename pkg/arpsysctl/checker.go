@@ -175,7 +175,7 @@ func joinAddrs(as []netip.Addr) string {
 // (the real fix, it keeps the values set) worded for the distro, then the
 // immediate sysctl commands and the /etc/sysctl.d file that keeps them
 // across reboots.
-func Remediation(d distro.Distro, bad []Finding) []string {
+func Remediation(d distro.Distro, bad []Finding) []check.Step {
 	settings := map[string]int{}
 	for _, f := range bad {
 		name := f.Sysctl
@@ -197,16 +197,16 @@ func Remediation(d distro.Distro, bad []Finding) []string {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	var cmd, file strings.Builder
+	var cmd strings.Builder
 	cmd.WriteString("now (until reboot; kube-proxy with strict ARP keeps it set): sysctl -w")
-	file.WriteString("persist: write " + SysctlFile + ":\n" + sysctlFileHeaderComment + "\n")
+	file := check.Step{"persist: write " + SysctlFile + ":", sysctlFileHeaderComment}
 	for _, k := range keys {
 		fmt.Fprintf(&cmd, " %s=%d", k, settings[k])
-		fmt.Fprintf(&file, "%s = %d\n", k, settings[k])
+		file = append(file, fmt.Sprintf("%s = %d", k, settings[k]))
 	}
-	out := []string{"the real fix is kube-proxy's strict ARP (--ipvs-strict-arp=true / ipvs.strictARP: true), which sets arp_ignore=1 and arp_announce=2 and keeps them:"}
+	out := []check.Step{{"the real fix is kube-proxy's strict ARP (--ipvs-strict-arp=true / ipvs.strictARP: true), which sets arp_ignore=1 and arp_announce=2 and keeps them:"}}
 	out = append(out, d.KubeProxyRemediation(distro.KubeProxySettings{StrictARP: true})...)
-	out = append(out, cmd.String(), strings.TrimSuffix(file.String(), "\n"))
+	out = append(out, check.Step{cmd.String()}, file)
 	return out
 }
 

@@ -59,8 +59,9 @@ type Result struct {
 	Message string `json:"message"`
 	// Findings are the individual observations (one per module, IP, …).
 	Findings []Finding `json:"findings"`
-	// Remediation holds the exact fix, one step per entry (file content, commands).
-	Remediation []string `json:"remediation"`
+	// Remediation holds the exact fix, one step per entry (a command, a
+	// sentence, a file's content), each step as its lines.
+	Remediation []Step `json:"remediation"`
 	// Actions lists what the check changed on the node when remediation was enabled.
 	Actions []string `json:"actions,omitempty"`
 }

@@ -12,10 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 )
@@ -82,7 +79,7 @@ func normalize(r check.Result) check.Result {
 		r.Findings = []check.Finding{}
 	}
 	if r.Remediation == nil {
-		r.Remediation = []string{}
+		r.Remediation = []check.Step{}
 	}
 	return r
 }
@@ -123,32 +120,38 @@ var statusLabel = map[check.Status]string{
 	check.StatusSkipped: "SKIPPED",
 }
 
-// WriteText writes the human-readable report.
+// WriteText writes the human-readable report. It is the one place the text
+// report is made, and every line of it is one this function writes: each
+// field (node, kernel, name, reason, message, finding, action, each line of
+// a remediation step) is printed as one line through [check.EscapeLine], so
+// a line break or an escape sequence in outside text (a modules-load.d file
+// name, a module or interface name, a scheduler from kube-proxy) shows as
+// \n, \u2028 or \x1b and cannot forge a line such as "fix:".
 func (r Report) WriteText(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "ipvs-guard diagnose: node %s, kernel %s\n", Escape(orDash(r.Node)), Escape(orDash(r.Kernel)))
+	fmt.Fprintf(&b, "ipvs-guard diagnose: node %s, kernel %s\n", check.EscapeLine(orDash(r.Node)), check.EscapeLine(orDash(r.Kernel)))
 	for _, c := range r.Checks {
-		fmt.Fprintf(&b, "\n[%s] %s", statusLabel[c.Status], Escape(c.Name))
+		fmt.Fprintf(&b, "\n[%s] %s", statusLabel[c.Status], check.EscapeLine(c.Name))
 		if c.Reason != "" {
-			fmt.Fprintf(&b, " (%s)", Escape(c.Reason))
+			fmt.Fprintf(&b, " (%s)", check.EscapeLine(c.Reason))
 		}
 		b.WriteString("\n")
 		if c.Message != "" {
-			writeIndented(&b, "  ", c.Message)
+			writeLines(&b, "  ", c.Message)
 		}
 		for _, f := range c.Findings {
-			writeIndented(&b, "  - ", f.String())
+			writeLines(&b, "  - ", f.String())
 		}
 		if len(c.Actions) > 0 {
 			b.WriteString("  changed:\n")
 			for _, a := range c.Actions {
-				writeIndented(&b, "    ", a)
+				writeLines(&b, "    ", a)
 			}
 		}
 		if len(c.Remediation) > 0 {
 			b.WriteString("  fix:\n")
 			for _, s := range c.Remediation {
-				writeIndented(&b, "    ", s)
+				writeLines(&b, "    ", s...)
 			}
 		}
 	}
@@ -165,57 +168,19 @@ func (r Report) WriteText(w io.Writer) error {
 	return nil
 }
 
-// writeIndented writes s with prefix on the first line and matching spaces
-// on the others, each line escaped (see Escape).
-func writeIndented(b *strings.Builder, prefix, s string) {
+// writeLines writes each line escaped (see [check.EscapeLine]), the first
+// after prefix and the others after as many spaces.
+func writeLines(b *strings.Builder, prefix string, lines ...string) {
 	pad := strings.Repeat(" ", len(prefix))
-	for i, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+	for i, line := range lines {
 		if i == 0 {
 			b.WriteString(prefix)
 		} else {
 			b.WriteString(pad)
 		}
-		b.WriteString(Escape(line))
+		b.WriteString(check.EscapeLine(line))
 		b.WriteString("\n")
 	}
-}
-
-// Escape makes one line of text safe to print on a terminal: control
-// characters (C0 but tab, DEL, C1: ESC, CR, NUL, …), Unicode format
-// characters (bidirectional overrides, zero-width joiners) and invalid UTF-8
-// are written as Go escapes (\x1b, \r, \u202e), so a file name or line
-// cannot move the cursor, clear the screen or forge a report line. Text
-// without them is returned unchanged.
-func Escape(s string) string {
-	clean := true
-	for _, r := range s {
-		if needsEscape(r) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for i, w := 0, 0; i < len(s); i += w {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		w = n
-		switch {
-		case r == utf8.RuneError && n == 1:
-			fmt.Fprintf(&b, "\\x%02x", s[i])
-		case needsEscape(r):
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-		default:
-			b.WriteString(s[i : i+n])
-		}
-	}
-	return b.String()
-}
-
-func needsEscape(r rune) bool {
-	return r == utf8.RuneError || (unicode.IsControl(r) && r != '\t') || unicode.Is(unicode.Cf, r)
 }
 
 func orDash(s string) string {

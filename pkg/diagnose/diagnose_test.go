@@ -74,7 +74,7 @@ func TestWriteJSONShape(t *testing.T) {
 	r := Run(context.Background(), "n1", "6.1.0-56-amd64", []check.Checker{
 		check.Func{CheckName: "modules", Fn: func(context.Context) (check.Result, error) {
 			return check.Result{Status: check.StatusProblem, Reason: "ModulesNotLoaded", Message: "m",
-				Findings: []check.Finding{lineFinding{"ip_vs"}}, Remediation: []string{"fix it"}}, nil
+				Findings: []check.Finding{lineFinding{"ip_vs"}}, Remediation: check.Steps("fix it")}, nil
 		}},
 		fixed("arp", check.StatusSkipped),
 	})
@@ -105,7 +105,7 @@ func TestWriteText(t *testing.T) {
 		check.Func{CheckName: "modules", Fn: func(context.Context) (check.Result, error) {
 			return check.Result{Status: check.StatusProblem, Reason: "ModulesNotLoaded", Message: "two modules are missing",
 				Findings:    []check.Finding{lineFinding{"ip_vs not loaded"}, lineFinding{"ip_vs_rr not loaded"}},
-				Remediation: []string{"file:\nip_vs\nip_vs_rr"}}, nil
+				Remediation: []check.Step{{"file:", "ip_vs", "ip_vs_rr"}}}, nil
 		}},
 	})
 	var buf bytes.Buffer

@@ -10,26 +10,103 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 )
 
-func TestEscape(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{"ip_vs: loaded", "ip_vs: loaded"},
-		{"tab\tkept", "tab\tkept"},
-		{"x\x1b[2J\x1b[H[OK] forged", `x\x1b[2J\x1b[H[OK] forged`},
-		{"ip_vs\x00", `ip_vs\x00`},
-		{"lone\rCR", `lone\rCR`},
-		{"bidi \u202egnp.exe", `bidi \u202egnp.exe`},
-		{"bad \xff utf8", `bad \xff utf8`},
-		{"ünïcödé ok", "ünïcödé ok"},
-		{"del\x7f c1\u0085", `del\x7f c1\u0085`},
+// forgeries are outside strings (file, module, interface names, a
+// scheduler from kube-proxy) that try to start a line of their own.
+var forgeries = []string{
+	"a\nfix: rm -rf /.conf",
+	"a\rfix: rm -rf /.conf",
+	"a\r\nfix: rm -rf /.conf",
+	"a\u2028fix: rm -rf /.conf",
+	"a\u2029fix: rm -rf /.conf",
+	"a\u0085fix: rm -rf /.conf",
+	"a\vfix: rm -rf /.conf",
+	"a\ffix: rm -rf /.conf",
+	"a\x1b[1A\x1b[2K\rfix: rm -rf /.conf",
+	"a\x1bEfix: rm -rf /.conf", // ESC E: NEL as an escape sequence
+	"a\xff\nfix: rm -rf /.conf",
+}
+
+// checkLines asserts the line structure of r's text report: it has exactly
+// the lines the renderer writes for r's fields (one per field, one per line
+// of a remediation step), each starting with the renderer's own prefix, and
+// no character that a terminal takes as a line break or a cursor move.
+func checkLines(t *testing.T, r Report, out string) {
+	t.Helper()
+	if !utf8.ValidString(out) {
+		t.Fatalf("text report is not valid UTF-8:\n%q", out)
 	}
-	for _, tt := range tests {
-		if got := Escape(tt.in); got != tt.want {
-			t.Errorf("Escape(%q) = %q, want %q", tt.in, got, tt.want)
+	for _, c := range out {
+		if (c < 0x20 && c != '\n' && c != '\t') || (c >= 0x7f && c <= 0x9f) || c == '\u2028' || c == '\u2029' {
+			t.Fatalf("character %U in the text report:\n%s", c, out)
 		}
+	}
+	// The lines the renderer writes, by prefix.
+	want := []string{"ipvs-guard diagnose: node "}
+	for _, c := range r.Checks {
+		want = append(want, "", "["+statusLabel[c.Status]+"] ")
+		if c.Message != "" {
+			want = append(want, "  ")
+		}
+		for range c.Findings {
+			want = append(want, "  - ")
+		}
+		if len(c.Actions) > 0 {
+			want = append(want, "  changed:")
+			for range c.Actions {
+				want = append(want, "    ")
+			}
+		}
+		if len(c.Remediation) > 0 {
+			want = append(want, "  fix:")
+			for _, s := range c.Remediation {
+				for range s {
+					want = append(want, "    ")
+				}
+			}
+		}
+	}
+	want = append(want, "", "result: ")
+	got := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(got) != len(want) {
+		t.Fatalf("text report has %d lines, the renderer wrote %d:\n%s", len(got), len(want), out)
+	}
+	for i, line := range got {
+		if !strings.HasPrefix(line, want[i]) || (want[i] == "" && line != "") {
+			t.Errorf("line %d %q does not start with %q:\n%s", i+1, line, want[i], out)
+		}
+	}
+}
+
+func hostileReport(s string) Report {
+	return Report{Node: s, Kernel: s, Checks: []check.Result{{
+		Name: s, Status: check.StatusProblem, Reason: s,
+		Message:     "Stale declaration: nf_conntrack_ipv4 is declared in /etc/modules-load.d/" + s,
+		Findings:    []check.Finding{lineFinding{Item: s}},
+		Actions:     []string{"wrote " + s},
+		Remediation: []check.Step{{"Remove it from " + s}, {"file:", s, "ip_vs"}},
+	}}}
+}
+
+func TestWriteTextForgesNoLine(t *testing.T) {
+	for _, s := range forgeries {
+		t.Run(strings.ToValidUTF8(s, "?"), func(t *testing.T) {
+			r := hostileReport(s)
+			var b strings.Builder
+			if err := r.WriteText(&b); err != nil {
+				t.Fatal(err)
+			}
+			checkLines(t, r, b.String())
+			for _, line := range strings.Split(b.String(), "\n") {
+				if strings.HasPrefix(strings.TrimLeft(line, " -"), "fix: rm") {
+					t.Errorf("forged line %q:\n%s", line, b.String())
+				}
+			}
+		})
 	}
 }
 
@@ -39,23 +116,39 @@ func TestWriteTextEscapesEverything(t *testing.T) {
 		Message:     "file /etc/modules-load.d/\x1b[1A\x1b[2K[OK] modules.conf",
 		Findings:    []check.Finding{lineFinding{Item: "ip_vs\x00: stale"}},
 		Actions:     []string{"wrote \x1b[31m"},
-		Remediation: []string{"line one\nline\rtwo"},
+		Remediation: []check.Step{{"line one", "line\rtwo\nthree"}},
 	}}}
 	var b strings.Builder
 	if err := r.WriteText(&b); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, c := range out {
-		if c < 0x20 && c != '\n' && c != '\t' {
-			t.Fatalf("control character %q in the text report:\n%s", c, out)
-		}
-	}
-	for _, want := range []string{`\x1b[1A`, `ip_vs\x00`, `line\rtwo`, `R\r`, `n\x1b]0;x\a`} {
+	checkLines(t, r, out)
+	for _, want := range []string{`\x1b[1A`, `ip_vs\x00`, `line\rtwo\nthree`, `R\r`, `n\x1b]0;x\a`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// FuzzWriteText: whatever the outside strings, the text report has exactly
+// the renderer's lines.
+func FuzzWriteText(f *testing.F) {
+	for _, s := range forgeries {
+		f.Add(s, s, "ip_vs")
+	}
+	f.Fuzz(func(t *testing.T, a, b, c string) {
+		r := hostileReport(a)
+		r.Kernel = b
+		r.Checks[0].Findings = append(r.Checks[0].Findings, lineFinding{Item: c})
+		r.Checks[0].Remediation = append(r.Checks[0].Remediation, check.Step{b, c}, check.Step{c})
+		r.Checks = append(r.Checks, check.Result{Name: c, Status: check.StatusOK, Message: b})
+		var out strings.Builder
+		if err := r.WriteText(&out); err != nil {
+			t.Fatal(err)
+		}
+		checkLines(t, r, out.String())
+	})
 }
 
 func TestRunReturnsWhenCancelled(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 )
 
@@ -58,7 +59,7 @@ type KubeProxySettings struct {
 
 // KubeProxyRemediation returns the steps that put kube-proxy into IPVS mode
 // with the given settings on this distribution.
-func (d Distro) KubeProxyRemediation(s KubeProxySettings) []string {
+func (d Distro) KubeProxyRemediation(s KubeProxySettings) []check.Step {
 	flags := []string{"proxy-mode=ipvs"}
 	if s.Scheduler != "" {
 		flags = append(flags, "ipvs-scheduler="+s.Scheduler)
@@ -68,29 +69,26 @@ func (d Distro) KubeProxyRemediation(s KubeProxySettings) []string {
 	}
 	switch d {
 	case RKE2:
-		var b strings.Builder
-		b.WriteString("RKE2: add to /etc/rancher/rke2/config.yaml on every server node (editing the kube-proxy static pod manifest is reverted on restart):\nkube-proxy-arg:\n")
+		step := check.Step{"RKE2: add to /etc/rancher/rke2/config.yaml on every server node (editing the kube-proxy static pod manifest is reverted on restart):", "kube-proxy-arg:"}
 		for _, f := range flags {
-			fmt.Fprintf(&b, "  - %s\n", f)
+			step = append(step, "  - "+f)
 		}
-		return []string{strings.TrimSuffix(b.String(), "\n"), "then restart: systemctl restart rke2-server (or rke2-agent on agents)"}
+		return []check.Step{step, {"then restart: systemctl restart rke2-server (or rke2-agent on agents)"}}
 	case RKE1:
-		var b strings.Builder
-		b.WriteString("RKE1: set in cluster.yml, then run rke up:\nservices:\n  kubeproxy:\n    extra_args:\n")
+		step := check.Step{"RKE1: set in cluster.yml, then run rke up:", "services:", "  kubeproxy:", "    extra_args:"}
 		for _, f := range flags {
 			k, v, _ := strings.Cut(f, "=")
-			fmt.Fprintf(&b, "      %s: %q\n", k, v)
+			step = append(step, fmt.Sprintf("      %s: %q", k, v))
 		}
-		return []string{strings.TrimSuffix(b.String(), "\n")}
+		return []check.Step{step}
 	default:
-		var b strings.Builder
-		b.WriteString("kubeadm: kubectl -n kube-system edit configmap kube-proxy, in config.conf set:\nmode: ipvs\nipvs:\n")
+		step := check.Step{"kubeadm: kubectl -n kube-system edit configmap kube-proxy, in config.conf set:", "mode: ipvs", "ipvs:"}
 		if s.Scheduler != "" {
-			fmt.Fprintf(&b, "  scheduler: %s\n", s.Scheduler)
+			step = append(step, "  scheduler: "+s.Scheduler)
 		}
 		if s.StrictARP {
-			b.WriteString("  strictARP: true\n")
+			step = append(step, "  strictARP: true")
 		}
-		return []string{strings.TrimSuffix(b.String(), "\n"), "then: kubectl -n kube-system rollout restart daemonset kube-proxy"}
+		return []check.Step{step, {"then: kubectl -n kube-system rollout restart daemonset kube-proxy"}}
 	}
 }

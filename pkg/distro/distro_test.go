@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 )
 
@@ -55,7 +56,7 @@ func TestKubeProxyRemediation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.d), func(t *testing.T) {
-			got := strings.Join(tt.d.KubeProxyRemediation(s), "\n")
+			got := check.JoinSteps(tt.d.KubeProxyRemediation(s), "\n")
 			for _, w := range tt.want {
 				if !strings.Contains(got, w) {
 					t.Errorf("remediation for %s lacks %q:\n%s", tt.d, w, got)

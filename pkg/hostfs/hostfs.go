@@ -98,6 +98,21 @@ type limitedFile struct {
 	path string
 	lim  Limit
 	n    int64
+	size int64 // from fstat: 0 for a proc or sys file
+}
+
+// Size returns the file's size when it was opened (0 for a proc or sys
+// file, whose size is not known before reading it), so a reader can size
+// its buffer once instead of growing it (see SizeHint).
+func (l *limitedFile) Size() int64 { return l.size }
+
+// SizeHint returns the size of a file OpenLimited opened (at most its
+// limit), or 0 when r is something else or the size is unknown.
+func SizeHint(r io.Reader) int64 {
+	if s, ok := r.(interface{ Size() int64 }); ok {
+		return max(s.Size(), 0)
+	}
+	return 0
 }
 
 func (l *limitedFile) Read(p []byte) (int, error) {
@@ -136,17 +151,20 @@ func (r Root) OpenLimited(p string, lim Limit) (io.ReadCloser, error) {
 		f.Close()
 		return nil, fmt.Errorf("reading %s: %d bytes is more than the %s: %w", r.Path(p), fi.Size(), lim, ErrTooLarge)
 	}
-	return &limitedFile{f: f, path: r.Path(p), lim: lim}, nil
+	return &limitedFile{f: f, path: r.Path(p), lim: lim, size: fi.Size()}, nil
 }
 
 // ReadFile reads the regular file at host path p, at most lim.Max bytes.
+// A file whose size is known is read into one buffer of that size (plus
+// one byte to see the end), not a growing one, so reading it costs its
+// size once.
 func (r Root) ReadFile(p string, lim Limit) ([]byte, error) {
 	rc, err := r.OpenLimited(p, lim)
 	if err != nil {
 		return nil, err
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(rc)
+	b, err := readAllSized(rc, SizeHint(rc))
 	if err != nil {
 		if errors.Is(err, ErrTooLarge) {
 			return nil, fmt.Errorf("reading %w", err)
@@ -154,6 +172,32 @@ func (r Root) ReadFile(p string, lim Limit) ([]byte, error) {
 		return nil, fmt.Errorf("reading %s: %w", r.Path(p), err)
 	}
 	return b, nil
+}
+
+// ReadAll reads r to its end like io.ReadAll, into one buffer of the
+// file's size when r was opened by OpenLimited (see SizeHint).
+func ReadAll(r io.Reader) ([]byte, error) { return readAllSized(r, SizeHint(r)) }
+
+// readAllSized is io.ReadAll starting from a buffer of size+1 bytes.
+func readAllSized(r io.Reader, size int64) ([]byte, error) {
+	if size <= 0 {
+		return io.ReadAll(r)
+	}
+	b := make([]byte, 0, size+1)
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+		if len(b) == cap(b) {
+			// The file grew while read: go on as io.ReadAll does.
+			b = append(b, 0)[:len(b)]
+		}
+	}
 }
 
 // ReadDir lists the directory at host path p, sorted by name.

@@ -72,9 +72,10 @@ func withoutProcFS() Option { return func(h *Handle) { h.procPath = "" } }
 const procIPVSPath = "/proc/self/net/ip_vs"
 
 // procIPVSLimit bounds the file read: about 2 MiB is 10,000 virtual servers
-// with 2 real servers each; beyond the limit the table is read through
-// netlink.
-var procIPVSLimit = hostfs.Limit{Kind: "the IPVS table", Max: 256 << 20}
+// with 2 real servers each, 16 MiB about 300,000 real servers (some 20 MiB
+// once parsed; the file itself is parsed as it is read, never held);
+// beyond the limit the table is read through netlink.
+var procIPVSLimit = hostfs.Limit{Kind: "the IPVS table", Max: 16 << 20}
 
 // Handle reads the IPVS table through moby/ipvs. It is safe for concurrent
 // use; reads are serialised.
@@ -240,10 +241,12 @@ func (h *Handle) readProcLocked(ctx context.Context) procRealServers {
 	if h.procPath == "" {
 		return nil
 	}
-	data, err := hostfs.New("/").ReadFile(h.procPath, procIPVSLimit)
+	f, err := hostfs.New("/").OpenLimited(h.procPath, procIPVSLimit)
 	if err == nil {
 		var rs procRealServers
-		if rs, err = parseProcIPVS(data); err == nil {
+		rs, err = readProcIPVS(f)
+		f.Close()
+		if err == nil {
 			return rs
 		}
 	}

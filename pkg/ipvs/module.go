@@ -13,7 +13,7 @@ import (
 )
 
 // limitProcModules bounds /proc/modules (a few KiB on a real node).
-var limitProcModules = hostfs.Limit{Kind: "/proc/modules", Max: 16 << 20}
+var limitProcModules = hostfs.Limit{Kind: "/proc/modules", Max: 1 << 20}
 
 // ModuleLoaded reports whether the ip_vs module is loaded (or built in) on
 // the host at root: /sys/module/ip_vs exists (it does for a loaded module and

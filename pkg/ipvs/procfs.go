@@ -3,9 +3,11 @@
 package ipvs
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"strconv"
 )
@@ -39,17 +41,24 @@ type procRealServers map[Key][]RealServer
 // make it skip that virtual server with its real servers, never guess. A
 // line it cannot parse is an error: the caller then reads through netlink.
 func parseProcIPVS(data []byte) (procRealServers, error) {
+	return readProcIPVS(bytes.NewReader(data))
+}
+
+// maxProcIPVSLine bounds one line of /proc/net/ip_vs (the kernel's longest,
+// an IPv6 virtual server with a persistence timeout, is under 100 bytes).
+const maxProcIPVSLine = 4 << 10
+
+// readProcIPVS parses /proc/net/ip_vs as it reads it (see parseProcIPVS):
+// it holds the real servers, never the file.
+func readProcIPVS(r io.Reader) (procRealServers, error) {
 	out := make(procRealServers)
 	var cur *Key // the virtual server whose real servers follow; nil: skip them
 	lineNo := 0
-	for len(data) > 0 {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4<<10), maxProcIPVSLine)
+	for sc.Scan() {
 		lineNo++
-		var line []byte
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			line, data = data, nil
-		}
+		line := sc.Bytes()
 		if lineNo <= 3 || len(line) == 0 {
 			// The three header lines; checked loosely so a wording change
 			// in a future kernel does not blind the reader.
@@ -82,6 +91,9 @@ func parseProcIPVS(data []byte) (procRealServers, error) {
 		}
 		out[k] = []RealServer{}
 		cur = &k
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("line %d: %w", lineNo+1, err)
 	}
 	return out, nil
 }

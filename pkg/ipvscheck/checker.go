@@ -282,15 +282,15 @@ func (c *Checker) proxyMode(ctx context.Context) (string, bool) {
 	return m, err == nil
 }
 
-func (c *Checker) remediation(counts map[string][]string, sched string) []string {
-	var out []string
+func (c *Checker) remediation(counts map[string][]string, sched string) []check.Step {
+	var out []check.Step
 	if len(counts[ProblemMissing]) > 0 || len(counts[ProblemNoRealServers]) > 0 {
-		out = append(out,
+		out = append(out, check.Steps(
 			"kube-proxy on this node has not programmed these Services: read its log (kubectl -n kube-system logs <kube-proxy pod on this node>, or journalctl on RKE2/RKE1) for sync errors, and check that the IPVS scheduler module ip_vs_"+sched+" is loaded (modules check)",
-			"once the cause is fixed, restart kube-proxy on this node so it resyncs every Service")
+			"once the cause is fixed, restart kube-proxy on this node so it resyncs every Service")...)
 	}
 	if len(counts[ProblemSchedulerMismatch]) > 0 {
-		out = append(out, "virtual servers use another scheduler than "+sched+" (kube-proxy's configuration, or a manual ipvsadm change): set the scheduler kube-proxy should use, then restart it:")
+		out = append(out, check.Step{"virtual servers use another scheduler than " + sched + " (kube-proxy's configuration, or a manual ipvsadm change): set the scheduler kube-proxy should use, then restart it:"})
 		out = append(out, c.cfg.Distro.KubeProxyRemediation(distro.KubeProxySettings{Scheduler: sched, StrictARP: true})...)
 	}
 	return out
@@ -348,6 +348,6 @@ func (c *Checker) moduleNotLoaded(ctx context.Context, cause error) (check.Resul
 		Status:      check.StatusProblem,
 		Reason:      ReasonModuleNotLoaded,
 		Message:     fmt.Sprintf("%v, so there is no IPVS table, but %s: no Service VIP is balanced on this node (see the modules check)", cause, why),
-		Remediation: []string{"load and persist the IPVS modules (ipvs-guard diagnose --fix, or the modules check's remediation), then restart kube-proxy on this node"},
+		Remediation: check.Steps("load and persist the IPVS modules (ipvs-guard diagnose --fix, or the modules check's remediation), then restart kube-proxy on this node"),
 	}, nil
 }

@@ -167,7 +167,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		res.Status, res.Reason = check.StatusProblem, ReasonProxyModeNotIPVS
 		if f.ConfiguredMode == ModeIPVS {
 			res.Message = fmt.Sprintf("kube-proxy is configured for ipvs but runs in %s mode: it could not use IPVS (usually missing ip_vs modules, see the modules check) and fell back", mode)
-			res.Remediation = append([]string{"load and persist the IPVS modules (modules check, or ipvs-guard diagnose --fix), then restart kube-proxy on this node"}, c.cfg.Distro.KubeProxyRemediation(settings)...)
+			res.Remediation = append(check.Steps("load and persist the IPVS modules (modules check, or ipvs-guard diagnose --fix), then restart kube-proxy on this node"), c.cfg.Distro.KubeProxyRemediation(settings)...)
 		} else {
 			res.Message = fmt.Sprintf("kube-proxy runs in %s mode, not ipvs (its /configz is unavailable: %v)", mode, cfgErr)
 			res.Remediation = c.cfg.Distro.KubeProxyRemediation(settings)
@@ -175,7 +175,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	case !link.Exists:
 		res.Status, res.Reason = check.StatusProblem, ReasonKubeIPVS0Missing
 		res.Message = "kube-proxy runs in IPVS mode but the kube-ipvs0 dummy interface does not exist: kube-proxy cannot bind Service and LoadBalancer IPs (restart kube-proxy on this node and read its log)"
-		res.Remediation = []string{"restart kube-proxy on this node and read its log for errors creating kube-ipvs0 (the dummy module must be available)"}
+		res.Remediation = check.Steps("restart kube-proxy on this node and read its log for errors creating kube-ipvs0 (the dummy module must be available)")
 	default:
 		res.Status, res.Reason = check.StatusOK, ReasonIPVSMode
 		res.Message = f.settings() + ", kube-ipvs0 present"

@@ -78,7 +78,7 @@ func TestChecker(t *testing.T) {
 					t.Errorf("message %q lacks %q", res.Message, s)
 				}
 			}
-			rem := strings.Join(res.Remediation, "\n")
+			rem := check.JoinSteps(res.Remediation, "\n")
 			for _, s := range tc.wantRem {
 				if !strings.Contains(rem, s) {
 					t.Errorf("remediation lacks %q:\n%s", s, rem)

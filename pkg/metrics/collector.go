@@ -4,7 +4,9 @@ package metrics
 
 import (
 	"sort"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -175,14 +177,14 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+		ch <- constMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	gauge(c.buildInfo, 1, c.info.Version, c.info.Commit, c.info.BuildDate, c.info.GoVersion, c.info.Platform)
 
 	snap := c.snapshot()
 	for _, r := range snap.Checks {
-		ch <- prometheus.MustNewConstMetric(c.reconcileTotal, prometheus.CounterValue, float64(r.Runs), r.Name)
-		ch <- prometheus.MustNewConstMetric(c.reconcileErrors, prometheus.CounterValue, float64(r.Errors), r.Name)
+		ch <- constMetric(c.reconcileTotal, prometheus.CounterValue, float64(r.Runs), r.Name)
+		ch <- constMetric(c.reconcileErrors, prometheus.CounterValue, float64(r.Errors), r.Name)
 		if !r.LastSuccess.IsZero() {
 			gauge(c.reconcileLastSuccess, float64(r.LastSuccess.UnixNano())/1e9, r.Name)
 		}
@@ -245,6 +247,21 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.arpProbeRTT, a.RTTSeconds, a.IP, a.Family, a.Interface)
 		}
 	}
+}
+
+// constMetric is the one place Collect makes a series. Label values come
+// from outside (a module name built from kube-proxy's scheduler, an
+// interface name, which the kernel lets hold any byte): invalid UTF-8 is
+// replaced with U+FFFD, as prometheus.MustNewConstMetric would otherwise
+// panic and fail the whole scrape. Line breaks and quotes need nothing here:
+// the exposition format escapes them.
+func constMetric(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) prometheus.Metric {
+	for i, l := range labels {
+		if !utf8.ValidString(l) {
+			labels[i] = strings.ToValidUTF8(l, "\uFFFD")
+		}
+	}
+	return prometheus.MustNewConstMetric(d, t, v, labels...)
 }
 
 func boolValue(b bool) float64 {

@@ -348,3 +348,35 @@ func families(t *testing.T, snap Snapshot) map[string]bool {
 	}
 	return out
 }
+
+// TestCollectorOutsideLabelValues: label values from outside (a module name
+// built from kube-proxy's scheduler, an interface name the kernel allows to
+// hold any byte) never break a scrape: invalid UTF-8 is replaced with
+// U+FFFD instead of panicking in Collect, and line breaks are escaped by the
+// exposition format, so no label value forges a series line.
+func TestCollectorOutsideLabelValues(t *testing.T) {
+	snap := Snapshot{Results: []check.Result{
+		{Name: check.NameModules, Status: check.StatusProblem, Findings: []check.Finding{
+			moduleFinding(check.ModuleState{Module: "ip_vs_\xff\nipvs_guard_build_info 1"}),
+		}},
+		{Name: check.NameARP, Status: check.StatusProblem, Findings: []check.Finding{
+			arpFinding(check.ARPState{IP: "192.0.2.10", Family: "ipv4", Interface: "eth\xfe0", Result: "no-reply"}),
+		}},
+	}}
+	c := newCollector(func() Snapshot { return snap }, testInfo)
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP ipvs_guard_arp_responders Number of distinct MAC addresses that answered the latest ARP (IPv4) or NDP (IPv6) probe of a LoadBalancer IP.
+# TYPE ipvs_guard_arp_responders gauge
+ipvs_guard_arp_responders{family="ipv4",interface="eth�0",ip="192.0.2.10"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ipvs_guard_arp_responders"); err != nil {
+		t.Error(err)
+	}
+	if got := testutil.CollectAndCount(c, "ipvs_guard_modules_loaded"); got != 1 {
+		t.Errorf("module loaded series: got %d, want 1", got)
+	}
+}

@@ -3,10 +3,10 @@
 package modules
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -187,10 +187,10 @@ func (c *Checker) ownedMerge(obs *Observation) (src ownedSource, m MergeResult, 
 		return src, MergeResult{}, err
 	}
 	var existing []byte
-	if f, err := openDeclarations(c.cfg.Root, src.from); err != nil {
+	if f, err := openDeclarations(c.cfg.Root, src.from, limitOwnedDeclarationFile); err != nil {
 		return src, MergeResult{}, err
 	} else if f != nil {
-		existing, err = io.ReadAll(f)
+		existing, err = hostfs.ReadAll(f)
 		f.Close()
 		if err != nil {
 			return src, MergeResult{}, fmt.Errorf("reading %w", err)
@@ -209,6 +209,9 @@ func (c *Checker) ownedMerge(obs *Observation) (src ownedSource, m MergeResult, 
 		}
 	}
 	m = MergeDeclarations(existing, want, stale)
+	if int64(len(m.Content)) > limitOwnedDeclarationFile.Max-512 { // room for the header below
+		return src, MergeResult{}, fmt.Errorf("merging %s: the result would be larger than the %s: %w", c.cfg.Root.Path(src.from), limitOwnedDeclarationFile, hostfs.ErrTooLarge)
+	}
 	if src.from != c.cfg.DeclarationFile {
 		head := fmt.Sprintf("# ipvs-guard: started from %s, which this file overrides (systemd-modules-load reads one file of a name).\n", src.from)
 		m.Content = append([]byte(head), m.Content...)
@@ -359,15 +362,15 @@ func itThem(names []string) string {
 }
 
 // remediation words the exact fix.
-func (c *Checker) remediation(obs *Observation, p problems) []string {
-	var out []string
+func (c *Checker) remediation(obs *Observation, p problems) []check.Step {
+	var out []check.Step
 	d := c.cfg.Distro
 	if d == "" {
 		d = distro.Detect(c.cfg.Root)
 	}
 	if len(p.notInKernel) > 0 {
 		var shipped []string
-		for _, n := range obs.Index.Names() {
+		for _, n := range obs.Index.namesWithPrefix("ip_vs_") {
 			if s, ok := strings.CutPrefix(n, "ip_vs_"); ok && isScheduler(s) {
 				shipped = append(shipped, s)
 			}
@@ -395,31 +398,51 @@ func (c *Checker) remediation(obs *Observation, p problems) []string {
 		if len(shipped) > 0 {
 			line += fmt.Sprintf("; set kube-proxy's IPVS scheduler to one this kernel ships: %s", strings.Join(shipped, ", "))
 		}
-		out = append(out, line+".")
+		out = append(out, check.Step{line + "."})
 	}
 	src, m, err := c.ownedMerge(obs)
 	if err == nil && src.link != "" && !obs.declaredEverywhere() {
-		out = append(out, fmt.Sprintf("%s is a symbolic link to %s, which ipvs-guard neither reads nor writes through: replace it with a regular file, or declare the modules in another modules-load.d file.", c.cfg.DeclarationFile, src.link))
+		out = append(out, check.Step{fmt.Sprintf("%s is a symbolic link to %s, which ipvs-guard neither reads nor writes through: replace it with a regular file, or declare the modules in another modules-load.d file.", c.cfg.DeclarationFile, src.link)})
 	} else if err == nil && m.Changed {
-		out = append(out, fmt.Sprintf("Declare the modules for boot on every node: %s must read (ipvs-guard diagnose --fix writes it, keeping every other line):\n%s", c.cfg.DeclarationFile, strings.TrimRight(strings.ReplaceAll(string(m.Content), "\r", ""), "\n")))
+		out = append(out, declarationStep(c.cfg.DeclarationFile, m))
 	}
 	for _, f := range p.blocked {
-		out = append(out, fmt.Sprintf("%s: %s. kube-proxy's IPVS mode needs it: remove or change that modprobe.d line on every node (ipvs-guard does not override modprobe.d), then run ipvs-guard diagnose --fix.", f.Module, f.BootBlocked))
+		out = append(out, check.Step{fmt.Sprintf("%s: %s. kube-proxy's IPVS mode needs it: remove or change that modprobe.d line on every node (ipvs-guard does not override modprobe.d), then run ipvs-guard diagnose --fix.", f.Module, f.BootBlocked)})
 	}
 	if loadable := withoutBlocked(p.notLoaded, p.blocked); len(loadable) > 0 {
-		out = append(out, fmt.Sprintf("Load them now, as root on the node: ipvs-guard diagnose --fix (or by hand: modprobe -a %s).", strings.Join(loadable, " ")))
+		out = append(out, check.Step{fmt.Sprintf("Load them now, as root on the node: ipvs-guard diagnose --fix (or by hand: modprobe -a %s).", strings.Join(loadable, " "))})
 	}
 	for _, f := range p.stale {
 		for _, file := range f.DeclaredIn {
 			if file != c.cfg.DeclarationFile {
-				out = append(out, fmt.Sprintf("Remove or comment out %s in %s: kernel %s does not have it (ipvs-guard leaves files it does not own to their owner).", f.Module, file, obs.Release))
+				out = append(out, check.Step{fmt.Sprintf("Remove or comment out %s in %s: kernel %s does not have it (ipvs-guard leaves files it does not own to their owner).", f.Module, file, obs.Release)})
 			}
 		}
 	}
 	if len(p.notLoaded) > 0 || len(p.notPersisted) > 0 {
-		out = append(out, distroModuleHint(d))
+		out = append(out, check.Step{distroModuleHint(d)})
 	}
 	return out
+}
+
+// maxShownDeclarationLines: a declaration file of more lines is not shown
+// whole in the remediation (a report is read by a person, and holding it
+// all costs memory); its changes are.
+const maxShownDeclarationLines = 100
+
+// declarationStep words the declaration file's fix: its whole new content
+// when short, else what the merge adds and comments out.
+func declarationStep(file string, m MergeResult) check.Step {
+	if n := bytes.Count(m.Content, []byte("\n")); n > maxShownDeclarationLines {
+		step := check.Step{fmt.Sprintf("Declare the modules for boot on every node: ipvs-guard diagnose --fix rewrites %s (%d lines, every other line kept as written), adding these lines:", file, n)}
+		step = append(step, m.Added...)
+		if len(m.CommentedOut) > 0 {
+			step = append(step, "and commenting out the lines declaring "+strings.Join(m.CommentedOut, ", ")+".")
+		}
+		return step
+	}
+	step := check.Step{fmt.Sprintf("Declare the modules for boot on every node: %s must read (ipvs-guard diagnose --fix writes it, keeping every other line):", file)}
+	return append(step, strings.Split(strings.TrimRight(strings.ReplaceAll(string(m.Content), "\r", ""), "\n"), "\n")...)
 }
 
 // isScheduler reports whether an ip_vs_<s> module is a scheduler (not a

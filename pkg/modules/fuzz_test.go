@@ -42,7 +42,27 @@ func FuzzParseProcModules(f *testing.F) {
 func FuzzParseModulesDep(f *testing.F) {
 	addSeeds(f, kernelFile("modules.dep"))
 	f.Add([]byte("kernel/a.ko: kernel/b.ko.xz\nkernel/net/x"))
+	f.Add([]byte("k/a-b.ko:\nk/a_b.ko: k/c.ko\nk/a.ko:\n k/ab.ko :\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// The compact index finds the line the map keeps, for every name.
+		lines, err := indexModulesDep(string(b))
+		ix, ixErr := newDepIndex(string(b))
+		if (err == nil) != (ixErr == nil) {
+			t.Fatalf("map: %v, index: %v", err, ixErr)
+		}
+		if ix.len() != len(lines) {
+			t.Fatalf("index of %d modules, map of %d", ix.len(), len(lines))
+		}
+		for name, line := range lines {
+			if got, ok := ix.lookup(name); !ok || got != line {
+				t.Fatalf("lookup(%q) = %q, %v; want %q", name, got, ok, line)
+			}
+		}
+		for i := 1; i < ix.len(); i++ {
+			if ix.name(i-1) >= ix.name(i) {
+				t.Fatalf("index not sorted at %d: %q, %q", i, ix.name(i-1), ix.name(i))
+			}
+		}
 		deps, err := ParseModulesDep(bytes.NewReader(b))
 		if err != nil {
 			return

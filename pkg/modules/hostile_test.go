@@ -231,7 +231,7 @@ func TestLinkedOwnedFileIsNeitherReadNorPrinted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	all := res.Message + strings.Join(res.Remediation, "\n")
+	all := res.Message + check.JoinSteps(res.Remediation, "\n")
 	if strings.Contains(all, "secret") {
 		t.Errorf("the link target's content was printed:\n%s", all)
 	}

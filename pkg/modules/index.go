@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path"
-	"sort"
 	"strings"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
@@ -27,7 +26,7 @@ type Index struct {
 	// mount, or depmod never ran): availability is then unknown, not false.
 	DepMissing bool
 
-	deps map[string]string // module name → its modules.dep line, split on demand
+	deps depIndex // module name → its modules.dep line, split on demand
 	root hostfs.Root
 	host string // /lib/modules/<release>, a host path under root
 
@@ -39,16 +38,23 @@ type Index struct {
 	depsRead  bool
 }
 
-// Limits of the files a module index is read from: far above any real one
-// (a distribution kernel's modules.dep is under 1 MiB, modules.alias under 2).
+// Limits of the files a module index and the loader are read from. Each is
+// several times the largest real file (Debian 11, 12 and 13 kernels:
+// modules.dep 0.50–0.63 MB, modules.alias 1.27–1.38 MB, modules.alias.bin
+// 1.21–1.31 MB, modules.dep.bin 0.67–0.82 MB, modules.builtin 5.6–6.6 KB,
+// modules.softdep 1.2–2.5 KB; /proc/modules is a few KiB), and small
+// enough that diagnose (--fix included) with every one of them at its limit
+// stays far inside the chart's 128 MiB memory limit: a module index is
+// held in memory, so its limit is its cost (TestParserMemoryAtLimits,
+// make bench-memory).
 var (
-	limitModulesDep     = hostfs.Limit{Kind: "modules.dep", Max: 64 << 20}
-	limitModulesBuiltin = hostfs.Limit{Kind: "modules.builtin", Max: 16 << 20}
-	limitModulesAlias   = hostfs.Limit{Kind: "modules.alias", Max: 64 << 20}
-	limitBinIndex       = hostfs.Limit{Kind: "a binary module index", Max: 64 << 20}
-	limitModulesSoftdep = hostfs.Limit{Kind: "modules.softdep", Max: 16 << 20}
-	limitModprobeConf   = hostfs.Limit{Kind: "a modprobe.d file", Max: 16 << 20}
-	limitProcModules    = hostfs.Limit{Kind: "/proc/modules", Max: 16 << 20}
+	limitModulesDep     = hostfs.Limit{Kind: "modules.dep", Max: 4 << 20}
+	limitModulesBuiltin = hostfs.Limit{Kind: "modules.builtin", Max: 1 << 20}
+	limitModulesAlias   = hostfs.Limit{Kind: "modules.alias", Max: 4 << 20}
+	limitBinIndex       = hostfs.Limit{Kind: "a binary module index", Max: 4 << 20}
+	limitModulesSoftdep = hostfs.Limit{Kind: "modules.softdep", Max: 1 << 20}
+	limitModprobeConf   = hostfs.Limit{Kind: "a modprobe.d file", Max: 1 << 20}
+	limitProcModules    = hostfs.Limit{Kind: "/proc/modules", Max: 1 << 20}
 	limitSmallKernel    = hostfs.Limit{Kind: "a sysfs value", Max: 4 << 10}
 )
 
@@ -68,16 +74,16 @@ func ReadIndex(root hostfs.Root, release string) (*Index, error) {
 		return nil, fmt.Errorf("reading the module index: %w", err)
 	}
 	host := path.Join("/lib/modules", release)
-	ix := &Index{Release: release, Dir: root.Path(host), root: root, host: host, deps: map[string]string{}, Builtin: map[string]bool{}}
+	ix := &Index{Release: release, Dir: root.Path(host), root: root, host: host, Builtin: map[string]bool{}}
 	err := parseFile(root, path.Join(host, "modules.dep"), limitModulesDep, func(r io.Reader) error {
 		data, err := readString(r)
 		if err != nil {
 			return err
 		}
-		if ix.deps, err = indexModulesDep(data); err != nil {
+		if ix.deps, err = newDepIndex(data); err != nil {
 			return err
 		}
-		if len(ix.deps) == 0 {
+		if ix.deps.len() == 0 {
 			return fmt.Errorf("it lists no module: %w", ErrIndexInconsistent)
 		}
 		if !strings.HasSuffix(data, "\n") {
@@ -88,7 +94,7 @@ func ReadIndex(root hostfs.Root, release string) (*Index, error) {
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		ix.DepMissing = true
-		ix.deps = map[string]string{}
+		ix.deps = depIndex{}
 	case err != nil:
 		return nil, err
 	}
@@ -112,7 +118,7 @@ func (ix *Index) Ships(name string) bool {
 		return false
 	}
 	name = Normalize(name)
-	_, ok := ix.deps[name]
+	_, ok := ix.deps.lookup(name)
 	return ok || ix.Builtin[name]
 }
 
@@ -121,7 +127,7 @@ func (ix *Index) Loadable(name string) bool {
 	if ix == nil {
 		return false
 	}
-	_, ok := ix.deps[Normalize(name)]
+	_, ok := ix.deps.lookup(Normalize(name))
 	return ok
 }
 
@@ -130,7 +136,7 @@ func (ix *Index) Loadable(name string) bool {
 // when the module's line is malformed.
 func (ix *Index) Entry(name string) (DepEntry, error) {
 	name = Normalize(name)
-	line, ok := ix.deps[name]
+	line, ok := ix.deps.lookup(name)
 	if !ok {
 		return DepEntry{}, fmt.Errorf("%s: %w: not in modules.dep of kernel %s", name, ErrModuleNotFound, ix.Release)
 	}
@@ -143,11 +149,24 @@ func (ix *Index) Entry(name string) (DepEntry, error) {
 
 // Names returns the loadable modules' names, sorted.
 func (ix *Index) Names() []string {
-	out := make([]string, 0, len(ix.deps))
-	for n := range ix.deps {
+	out := make([]string, ix.deps.len())
+	for i := range out {
+		out[i] = ix.deps.name(i)
+	}
+	return out
+}
+
+// namesWithPrefix returns the loadable modules' names that start with
+// prefix, sorted, without a list of every name.
+func (ix *Index) namesWithPrefix(prefix string) []string {
+	var out []string
+	for i := ix.deps.search(prefix); i < ix.deps.len(); i++ {
+		n := ix.deps.name(i)
+		if !strings.HasPrefix(n, prefix) {
+			break
+		}
 		out = append(out, n)
 	}
-	sort.Strings(out)
 	return out
 }
 
@@ -158,10 +177,8 @@ func (ix *Index) IsBuiltin(name string) bool { return ix != nil && ix.Builtin[No
 // conversion would make.
 func readString(r io.Reader) (string, error) {
 	var b strings.Builder
-	if f, ok := r.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil && fi.Size() > 0 && fi.Size() < 1<<30 {
-			b.Grow(int(fi.Size()) + 1)
-		}
+	if n := hostfs.SizeHint(r); n > 0 && n < 1<<30 {
+		b.Grow(int(n) + 1)
 	}
 	if _, err := io.Copy(&b, r); err != nil {
 		return "", err

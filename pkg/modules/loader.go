@@ -400,11 +400,12 @@ func (l *NativeLoader) moduleAliases(name string) []string {
 		l.aliasBin, l.aliasBinErr = nil, fmt.Errorf("searching %s.bin: %w", l.root.Path(l.aliasFile), err)
 	}
 	if l.aliasData == nil {
-		b, err := l.root.ReadFile(l.aliasFile, limitModulesAlias)
 		s := ""
-		if err == nil {
-			s = string(b)
-		}
+		_ = parseFile(l.root, l.aliasFile, limitModulesAlias, func(r io.Reader) error {
+			var err error
+			s, err = readString(r) // one copy of the file, not a []byte and a string
+			return err
+		})
 		l.aliasData = &s
 	}
 	return scanAliases(*l.aliasData, name)

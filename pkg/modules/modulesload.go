@@ -50,6 +50,13 @@ type Declaration struct {
 // with it.
 var limitModulesLoadConf = hostfs.Limit{Kind: "a modules-load.d file", Max: 16 << 20}
 
+// limitOwnedDeclarationFile bounds the file the owned declaration file is
+// merged from (the owned file itself, or the same-named file systemd reads
+// today): unlike the others it is held in memory, merged and written, so
+// it gets a limit thousands of times a real one (a few lines, under 1 KiB)
+// that keeps diagnose --fix within a few MiB.
+var limitOwnedDeclarationFile = hostfs.Limit{Kind: "the modules-load.d file ipvs-guard merges", Max: 1 << 20}
+
 // maxModulesLoadLine is systemd's LONG_LINE_MAX: systemd-modules-load stops
 // reading a file at a longer line.
 const maxModulesLoadLine = 1 << 20
@@ -159,13 +166,13 @@ func ModulesLoadFiles(root hostfs.Root) (map[string]string, error) {
 // /dev/null, a dangling link, a link to a directory or /dev/null itself
 // read as nothing (nil, nil); a named pipe, socket or other device is an
 // error (systemd would block on it or fail); links resolve inside root.
-func openDeclarations(root hostfs.Root, p string) (io.ReadCloser, error) {
+func openDeclarations(root hostfs.Root, p string, lim hostfs.Limit) (io.ReadCloser, error) {
 	if fi, err := root.Lstat(p); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
 		if t, err := root.Readlink(p); err == nil && isDevNullTarget(p, t) {
 			return nil, nil
 		}
 	}
-	f, err := root.OpenLimited(p, limitModulesLoadConf)
+	f, err := root.OpenLimited(p, lim)
 	switch {
 	case err == nil:
 		return f, nil
@@ -187,11 +194,22 @@ func isDevNullTarget(p, target string) bool {
 	return path.Clean(target) == "/dev/null"
 }
 
+// maxDeclarations bounds the declarations ScanDeclarations holds: a real
+// host declares a few dozen modules; a file declaring thousands of
+// distinct ones (each one a finding if the kernel lacks it) is not a host's.
+const maxDeclarations = 4096
+
+// ErrTooManyDeclarations: the modules-load.d files declare more distinct
+// modules than maxDeclarations.
+var ErrTooManyDeclarations = errors.New("too many module declarations")
+
 // ScanDeclarations returns the modules declared for boot on the host at
 // root for which keep returns true (nil keeps all): those of each file
 // ModulesLoadFiles lists, in file-name order, then those of Debian's
-// /etc/modules. Only the declarations kept are held in memory, so a huge
-// file costs its reading time, not its size. A missing directory or
+// /etc/modules, the first line declaring a module in a file only. Only
+// the declarations kept are held in memory, so a huge file costs its
+// reading time, not its size; more than maxDeclarations of them is an
+// error wrapping ErrTooManyDeclarations. A missing directory or
 // /etc/modules is fine; an unreadable one is an error.
 func ScanDeclarations(root hostfs.Root, keep func(module string) bool) ([]Declaration, error) {
 	files, err := ModulesLoadFiles(root)
@@ -205,17 +223,23 @@ func ScanDeclarations(root hostfs.Root, keep func(module string) bool) ([]Declar
 	sort.Strings(names)
 	var out []Declaration
 	read := func(p string, etc bool) error {
-		f, err := openDeclarations(root, p)
+		f, err := openDeclarations(root, p, limitModulesLoadConf)
 		if err != nil || f == nil {
 			return err
 		}
 		defer f.Close()
+		seen := map[string]bool{}
 		err = scanModulesLoad(f, etc, func(d Declaration) {
-			if keep == nil || keep(d.Module) {
-				d.File = p
-				out = append(out, d)
+			if seen[d.Module] || (keep != nil && !keep(d.Module)) || len(out) > maxDeclarations {
+				return
 			}
+			seen[d.Module] = true
+			d.File = p
+			out = append(out, d)
 		})
+		if err == nil && len(out) > maxDeclarations {
+			return fmt.Errorf("%s and the files before it declare more than %d distinct modules (a real host declares a few dozen): %w", root.Path(p), maxDeclarations, ErrTooManyDeclarations)
+		}
 		if errors.Is(err, hostfs.ErrTooLarge) {
 			return fmt.Errorf("reading %w", err)
 		}
@@ -263,28 +287,27 @@ const newFileHeader = "# Kernel modules for kube-proxy in IPVS mode, loaded at b
 // Modules in want that no line declares are appended, one per line, with the
 // file's line ending (CRLF when most lines use it). An empty input gets a
 // short header first. Changed tells whether anything differs.
+//
+// The input is walked in place and the output buffer is sized once, so a
+// merge holds the input and one output, never a copy per line.
 func MergeDeclarations(existing []byte, want []string, stale map[string]string) MergeResult {
 	var res MergeResult
-	lines := bytes.SplitAfter(existing, []byte("\n"))
-	if len(lines) > 0 && len(lines[len(lines)-1]) == 0 {
-		lines = lines[:len(lines)-1]
-	}
-	crlf, lf := 0, 0
-	for _, l := range lines {
-		switch {
-		case bytes.HasSuffix(l, []byte("\r\n")):
-			crlf++
-		case bytes.HasSuffix(l, []byte("\n")):
-			lf++
-		}
-	}
+	crlf, lf := bytes.Count(existing, []byte("\r\n")), bytes.Count(existing, []byte("\n"))
+	lf -= crlf
 	eol := "\n"
 	if crlf > lf {
 		eol = "\r\n"
 	}
 	var b bytes.Buffer
+	b.Grow(len(existing) + len(newFileHeader) + 64*len(want) + 64*len(stale))
 	present := map[string]bool{}
-	for _, l := range lines {
+	for rest := existing; len(rest) > 0; {
+		l := rest
+		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+			l, rest = rest[:i+1], rest[i+1:]
+		} else {
+			rest = nil
+		}
 		body := bytes.TrimRight(l, "\r\n")
 		end := l[len(body):]
 		if bytes.ContainsAny(body, "\r\x00") {

@@ -4,6 +4,7 @@ package nodestatus
 
 import (
 	"strings"
+	"unicode/utf8"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 )
@@ -22,7 +23,9 @@ const (
 	ReasonNothingToCheck = "NothingToCheck"
 )
 
-// maxMessageLen bounds a condition message; longer ones are cut with "…".
+// maxMessageLen bounds a condition message in bytes, "…" included (the
+// same message is the note of its Event, which events.k8s.io/v1 caps at
+// 1 KiB); longer ones are cut with "…".
 const maxMessageLen = 1024
 
 // ChecksFor returns the check names whose results feed condition type t.
@@ -145,7 +148,10 @@ func combine(t ConditionType, rs []*check.Result) Condition {
 		c.Reason = orDefault(c.Reason, ReasonNothingToCheck)
 		c.Message = "Nothing to check: " + c.Message
 	}
-	c.Message = truncate(strings.TrimSpace(c.Message))
+	// One line, like a line of the diagnose report: a file name or other
+	// outside text with a line break or an escape sequence is escaped, so
+	// kubectl describe, an Event's note and an alert show no forged line.
+	c.Message = truncate(check.EscapeLine(strings.TrimSpace(c.Message)))
 	return c
 }
 
@@ -156,14 +162,15 @@ func orDefault(s, def string) string {
 	return s
 }
 
+// truncate cuts s to at most maxMessageLen bytes, "…" included, at a rune
+// boundary.
 func truncate(s string) string {
 	if len(s) <= maxMessageLen {
 		return s
 	}
-	r := []rune(s[:maxMessageLen-3])
-	// Drop a possibly cut rune at the end.
-	if len(r) > 0 && r[len(r)-1] == '\uFFFD' {
-		r = r[:len(r)-1]
+	n := maxMessageLen - len("…")
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
-	return string(r) + "…"
+	return s[:n] + "…"
 }

@@ -5,6 +5,7 @@ package nodestatus
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -87,10 +88,32 @@ func TestConditions(t *testing.T) {
 func TestConditionsTruncatesMessage(t *testing.T) {
 	long := strings.Repeat("é", 2000)
 	got := Conditions([]check.Result{{Name: check.NameModules, Status: check.StatusProblem, Message: long}}, []string{check.NameModules})
-	if n := len(got[0].Message); n > maxMessageLen+3 {
-		t.Errorf("message length %d, want at most %d", n, maxMessageLen+3)
+	if n := len(got[0].Message); n > maxMessageLen {
+		t.Errorf("message length %d, want at most %d", n, maxMessageLen)
 	}
 	if !strings.HasSuffix(got[0].Message, "…") || strings.ContainsRune(got[0].Message, '\uFFFD') {
 		t.Errorf("message not cut cleanly: ...%q", got[0].Message[len(got[0].Message)-10:])
+	}
+}
+
+// TestConditionsMessageOneLine: a condition message (and so its Event's
+// note) is one line whatever outside text a check's message quotes, and
+// stays within maxMessageLen bytes once escaped.
+func TestConditionsMessageOneLine(t *testing.T) {
+	tests := []string{
+		"Stale declaration: x is declared in /etc/modules-load.d/a\nfix: rm -rf /.conf",
+		"in /etc/modules-load.d/a\r\nfix: rm",
+		"in /etc/modules-load.d/a\u2028fix: rm \u2029 \u0085 \x1b[2K \v\f",
+		strings.Repeat("\n\u2028é", 1000),
+	}
+	for _, msg := range tests {
+		got := Conditions([]check.Result{{Name: check.NameModules, Status: check.StatusProblem, Message: msg}}, []string{check.NameModules})
+		m := got[0].Message
+		if strings.ContainsAny(m, "\n\r\v\f\x1b\u2028\u2029\u0085") {
+			t.Errorf("message %q is not one line", m)
+		}
+		if len(m) > maxMessageLen || !utf8.ValidString(m) || strings.ContainsRune(m, '\uFFFD') {
+			t.Errorf("message of %d bytes not cut cleanly: %q", len(m), m)
+		}
 	}
 }
