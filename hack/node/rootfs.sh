@@ -18,14 +18,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/../guest/lib.sh"
 SUITE=bookworm
 PACKAGES=systemd-sysv,udev,kmod,initramfs-tools,iproute2,iptables,ipset,runc,containernetworking-plugins,apparmor
 
-# node_mirror prints the host's Debian mirror (deb822 sources first, then sources.list).
-node_mirror() {
-	local m
-	m=$(sed -n 's/^URIs:[[:space:]]*\([^[:space:]]*\/debian\/\?\)$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1)
-	[ -n "$m" ] || m=$(awk '$1 == "deb" && $2 ~ /\/debian\/?$/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null)
-	echo "${m:-http://deb.debian.org/debian}"
-}
-
 kver=$(guest_kernel_version)
 key=$({ cat "${BASH_SOURCE[0]}"; echo "$SUITE $PACKAGES $kver"; } | sha256sum | cut -c1-16)
 dir=$CACHE_DIR/node/rootfs-$key
@@ -38,7 +30,7 @@ if [ ! -f "$dir/.ready" ]; then
 		[ -f "$dir/.ready" ] && exit 0
 		start=$SECONDS
 		tmp=$(mktemp -d "$CACHE_DIR/node/.rootfs.XXXXXX")
-		mirror=$(node_mirror)
+		mirror=$(debian_mirror)
 		log "debootstrap $SUITE ($PACKAGES) from $mirror"
 		debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$tmp/root" "$mirror" >&2 ||
 			die "debootstrap failed (log: $tmp/root/debootstrap/debootstrap.log)"
