@@ -5,8 +5,9 @@
 # or a hand install left behind (a file in /etc, a package, a cache).
 #
 # The root is debootstrap's minbase of bookworm plus what a fresh machine of this project's
-# kind has before it runs anything of ours (make, git, ca-certificates), cached by that package
-# list under $CACHE_DIR/fresh/rootfs-<key>/ (key: the suite and that list). Every run enters a new copy of it: an overlay whose
+# kind has before it runs anything of ours (make, git, ca-certificates) and apt's sources as a
+# stock Debian 12 image has them, cached under $CACHE_DIR/fresh/rootfs-<key>/ (key: the suite and
+# that list). Every run enters a new copy of it: an overlay whose
 # upper layer is thrown away, in a private mount and PID namespace (unshare + chroot). Inside,
 # each tier installs what it needs through its own script (apt_ensure), exactly as on a new
 # machine. Bound in: the checkout at its own path (read-write: bin/, fuzz findings), the Go
@@ -27,7 +28,7 @@ TIERS=${FRESH_TIERS:-test-lint test-unit test-fuzz test-netns}
 apt_ensure debootstrap util-linux
 
 # The pristine root, built once per package list.
-key=$(echo "minbase $SUITE $PACKAGES" | sha256sum | cut -c1-16)
+key=$(echo "minbase $SUITE $PACKAGES stock-sources" | sha256sum | cut -c1-16)
 base=$CACHE_DIR/fresh
 rootfs=$base/rootfs-$key
 mkdir -p "$base"
@@ -41,7 +42,22 @@ if [ ! -f "$rootfs/.ready" ]; then
 		log "debootstrap $SUITE (minbase + $PACKAGES) from $mirror"
 		debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$tmp/root" "$mirror" >&2 ||
 			die "debootstrap failed (log: $tmp/root/debootstrap/debootstrap.log)"
-		# What debootstrap leaves for apt is a machine's own state: keep it, drop the .debs.
+		# apt's sources as a stock Debian 12 image has them (debootstrap writes only the suite
+		# itself): the point-release updates and the security archive, where current kernels are.
+		rm -f "$tmp/root/etc/apt/sources.list"
+		cat >"$tmp/root/etc/apt/sources.list.d/debian.sources" <<-EOF
+			Types: deb
+			URIs: $mirror
+			Suites: $SUITE $SUITE-updates
+			Components: main
+			Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+			Types: deb
+			URIs: ${mirror%/debian*}/debian-security
+			Suites: $SUITE-security
+			Components: main
+			Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+		EOF
 		rm -f "$tmp/root/var/cache/apt/archives/"*.deb
 		rm -rf "$rootfs"
 		mv "$tmp/root" "$rootfs"
