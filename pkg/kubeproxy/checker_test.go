@@ -54,7 +54,7 @@ func TestChecker(t *testing.T) {
 		{name: "configured ipvs (1.30 shape) but fell back to iptables", addr: served("iptables", "testdata/configz-1.30-internal.json"), link: links(false), d: distro.RKE2,
 			wantStatus: check.StatusProblem, wantReason: ReasonProxyModeNotIPVS, wantMsg: []string{"configured for ipvs but runs in iptables"}, wantRem: []string{"kube-proxy-arg", "proxy-mode=ipvs", "ipvs-scheduler=wrr"}},
 		{name: "iptables by configuration", addr: served("iptables", "testdata/configz-iptables.json"), link: links(false), d: distro.RKE1,
-			wantStatus: check.StatusSkipped, wantReason: ReasonNotConfiguredIPVS, wantRem: []string{"extra_args"}},
+			wantStatus: check.StatusSkipped, wantReason: check.ReasonIPVSNotInUse, wantMsg: []string{"kube-proxy runs in iptables mode, as configured: the IPVS prerequisites do not apply"}, wantRem: []string{"extra_args"}},
 		{name: "IPVS mode without kube-ipvs0", addr: served("ipvs", "testdata/configz-ipvs-rr.json"), link: links(false),
 			wantStatus: check.StatusProblem, wantReason: ReasonKubeIPVS0Missing, wantMsg: []string{"kube-ipvs0"}},
 		{name: "metrics port refuses connections", addr: refused, link: links(true),
