@@ -48,6 +48,12 @@ func DecideIPVSUse(addr, running string, runErr error, configured string, cfgErr
 // UseResolver answers check.IPVSUseFunc from kube-proxy's metrics port,
 // asking it (/proxyMode, /configz) at most once per ttl, so the checks of
 // one pass share one pair of requests. Safe for concurrent use.
+//
+// A kube-proxy that last reported, configured and running, a mode other
+// than IPVS and is not reachable now (restarting, upgraded) is taken to be
+// in that mode still, and the message says so: a kube-proxy restart on a
+// migrated node must not make a remediating agent load and declare the IPVS
+// modules. Only a process that never read kube-proxy assumes IPVS.
 type UseResolver struct {
 	client *Client
 	ttl    time.Duration
@@ -57,6 +63,9 @@ type UseResolver struct {
 	at   time.Time
 	last check.IPVSUse
 	ok   bool
+	// known is the last answer read from kube-proxy itself (knownOK).
+	known   check.IPVSUse
+	knownOK bool
 }
 
 // DefaultUseTTL is how long a UseResolver reuses kube-proxy's answer: the
@@ -88,6 +97,13 @@ func (r *UseResolver) Use(ctx context.Context) check.IPVSUse {
 		}
 	}
 	u := DecideIPVSUse(r.client.Address(), running, runErr, configured, cfgErr)
+	switch {
+	case runErr == nil && cfgErr == nil || runErr == nil && running == ModeIPVS:
+		r.known, r.knownOK = u, true
+	case runErr != nil && r.knownOK && !r.known.Applies:
+		u = check.IPVSUse{Mode: r.known.Mode, Message: fmt.Sprintf(
+			"kube-proxy not reachable at %s: assuming %s mode, as it last reported: the IPVS prerequisites do not apply", r.client.Address(), r.known.Mode)}
+	}
 	if runErr != nil || cfgErr != nil {
 		klog.FromContext(ctx).V(2).Info("Deciding whether IPVS applies", "proxyModeErr", runErr, "configzErr", cfgErr, "applies", u.Applies)
 	}

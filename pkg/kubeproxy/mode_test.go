@@ -103,6 +103,19 @@ func TestUseResolver(t *testing.T) {
 		t.Errorf("switched back to ipvs: %+v", u)
 	}
 
+	// Back to nftables, then kube-proxy goes away (a restart): the last
+	// mode it reported holds, and the message says so.
+	mode.Store(ModeNFTables)
+	now = now.Add(time.Minute)
+	if u := r.Use(ctx); u.Applies {
+		t.Fatalf("nftables again: %+v", u)
+	}
+	srv.Close()
+	now = now.Add(time.Minute)
+	if u := r.Use(ctx); u.Applies || u.Mode != ModeNFTables || !strings.Contains(u.Message, "assuming nftables mode, as it last reported") {
+		t.Errorf("gone after nftables: %+v", u)
+	}
+
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +124,6 @@ func TestUseResolver(t *testing.T) {
 	l.Close()
 	u := NewUseResolver(NewClient(addr, time.Second), 0).Use(ctx)
 	if !u.Applies || u.Message != "kube-proxy not reachable at "+addr+": assuming IPVS mode" {
-		t.Errorf("unreachable: %+v", u)
+		t.Errorf("never reached: %+v", u)
 	}
 }
