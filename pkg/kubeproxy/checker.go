@@ -164,8 +164,8 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	switch {
 	case mode != ModeIPVS && f.ConfiguredMode != "" && f.ConfiguredMode != ModeIPVS:
 		res.Status, res.Reason = check.StatusSkipped, ReasonNotConfiguredIPVS
+		// Nothing to fix: a node off IPVS is not told to go back.
 		res.Message = DecideIPVSUse(c.cfg.Client.Address(), mode, nil, f.ConfiguredMode, nil).Message
-		res.Remediation = c.cfg.Distro.KubeProxyRemediation(settings)
 	case mode != ModeIPVS:
 		res.Status, res.Reason = check.StatusProblem, ReasonProxyModeNotIPVS
 		if f.ConfiguredMode == ModeIPVS {
