@@ -49,6 +49,11 @@ type Config struct {
 	KubeProxy *kubeproxy.Client
 	// Distro words the kube-proxy remediation.
 	Distro distro.Distro
+	// IPVSUse, when set, is asked on every Run whether the IPVS
+	// prerequisites apply (kube-proxy's mode); when they do not, strict ARP
+	// is meaningless (no LoadBalancer IP sits on an interface) and Run
+	// reports check.ReasonIPVSNotInUse. Nil: they apply.
+	IPVSUse check.IPVSUseFunc
 }
 
 // Checker is the arp-sysctls check.
@@ -70,6 +75,11 @@ func (c *Checker) Name() string { return check.NameARPSysctls }
 // Run implements check.Checker.
 func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	logger := klog.FromContext(ctx).WithValues("check", check.NameARPSysctls)
+	if c.cfg.IPVSUse != nil {
+		if use := c.cfg.IPVSUse(ctx); !use.Applies {
+			return use.NotInUse(c.Name()), nil
+		}
+	}
 	link, err := c.cfg.ReadLink(kubeproxy.DummyInterface)
 	if err != nil {
 		return check.Result{}, err

@@ -94,10 +94,10 @@ type Cluster struct {
 func Build(ctx context.Context, cfg Config) ([]check.Checker, error) {
 	s := newShared(cfg)
 	var b builder
-	b.add(modules.NewChecker(modules.Config{Root: cfg.Root, SchedulerFunc: s.scheduler, Remediate: cfg.Remediate, Loader: cfg.Loader, Distro: s.distro}), nil)
+	b.add(modules.NewChecker(modules.Config{Root: cfg.Root, SchedulerFunc: s.scheduler, Remediate: cfg.Remediate, Loader: cfg.Loader, Distro: s.distro, IPVSUse: s.use.Use}), nil)
 	b.add(kubeproxy.NewChecker(kubeproxy.CheckerConfig{Client: s.kubeProxy, ReadLink: kubeproxy.ReadLink, FallbackVersion: s.kubeProxyVersion, Scheduler: cfg.Scheduler, Distro: s.distro}))
-	b.add(ipvscheck.NewChecker(ipvscheck.Config{IPVS: ipvs.New(cfg.Root), ReadLink: kubeproxy.ReadLink, KubeProxy: s.kubeProxy, Cluster: s.services, NodeName: cfg.NodeName, Scheduler: s.schedulers.Resolve, Distro: s.distro, Settle: cfg.Settle}))
-	b.add(arpsysctl.NewChecker(arpsysctl.Config{Root: cfg.Root, Interfaces: s.interfaces, ReadLink: kubeproxy.ReadLink, LoadBalancerIPs: s.lbIPs, KubeProxy: s.kubeProxy, Distro: s.distro}))
+	b.add(ipvscheck.NewChecker(ipvscheck.Config{IPVS: ipvs.New(cfg.Root), ReadLink: kubeproxy.ReadLink, KubeProxy: s.kubeProxy, Cluster: s.services, NodeName: cfg.NodeName, Scheduler: s.schedulers.Resolve, Distro: s.distro, Settle: cfg.Settle, IPVSUse: s.use.Use}))
+	b.add(arpsysctl.NewChecker(arpsysctl.Config{Root: cfg.Root, Interfaces: s.interfaces, ReadLink: kubeproxy.ReadLink, LoadBalancerIPs: s.lbIPs, KubeProxy: s.kubeProxy, Distro: s.distro, IPVSUse: s.use.Use}))
 	b.add(arpChecker(ctx, cfg))
 	return b.checkers, b.err
 }
@@ -123,6 +123,7 @@ func (b *builder) add(c check.Checker, err error) {
 type shared struct {
 	distro           distro.Distro
 	kubeProxy        *kubeproxy.Client
+	use              *kubeproxy.UseResolver
 	schedulers       *kubeproxy.SchedulerResolver
 	kubeProxyVersion kubeproxy.VersionSource
 	services         ipvscheck.Cluster
@@ -136,6 +137,9 @@ func newShared(cfg Config) shared {
 		addr = kubeproxy.DefaultMetricsAddress
 	}
 	s := shared{distro: distro.Detect(cfg.Root), kubeProxy: kubeproxy.NewClient(addr, kubeproxy.DefaultTimeout)}
+	// Whether the IPVS prerequisites apply (DESIGN §3b): kube-proxy's mode,
+	// asked once per pass and again at the next one.
+	s.use = kubeproxy.NewUseResolver(s.kubeProxy, 0)
 	// The scheduler every check assumes (DESIGN §8): --scheduler, else
 	// kube-proxy's /configz, else its ConfigMap (with a cluster), else the
 	// last one of them gave, else rr.

@@ -57,6 +57,10 @@ type Config struct {
 	// so kube-proxy's lag behind a Service change is not reported as a
 	// problem on every node; nil reports every finding at once (diagnose).
 	Settle *check.Settler
+	// IPVSUse, when set, is asked on every Run whether the IPVS
+	// prerequisites apply (kube-proxy's mode); when they do not, Run reports
+	// check.ReasonIPVSNotInUse and reads nothing else. Nil: they apply.
+	IPVSUse check.IPVSUseFunc
 }
 
 // Checker is the ipvs check.
@@ -96,6 +100,11 @@ const maxNamed = 5
 // Run implements check.Checker.
 func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	logger := klog.FromContext(ctx).WithValues("check", check.NameIPVS)
+	if c.cfg.IPVSUse != nil {
+		if use := c.cfg.IPVSUse(ctx); !use.Applies {
+			return use.NotInUse(c.Name()), nil
+		}
+	}
 	res := check.Result{Name: c.Name()}
 	table, err := c.cfg.IPVS.Table(ctx)
 	if errors.Is(err, ipvs.ErrModuleNotLoaded) {

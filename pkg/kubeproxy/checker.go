@@ -16,9 +16,12 @@ import (
 
 // Reasons of the kube-proxy check (stable: they become Node condition reasons).
 const (
-	ReasonIPVSMode           = "KubeProxyIPVSMode"
-	ReasonProxyModeNotIPVS   = "ProxyModeNotIPVS"
-	ReasonNotConfiguredIPVS  = "KubeProxyNotConfiguredForIPVS"
+	ReasonIPVSMode         = "KubeProxyIPVSMode"
+	ReasonProxyModeNotIPVS = "ProxyModeNotIPVS"
+	// ReasonNotConfiguredIPVS: kube-proxy is configured for and runs in a
+	// mode other than IPVS; the shared check.ReasonIPVSNotInUse, so every
+	// IPVS condition says the same.
+	ReasonNotConfiguredIPVS  = check.ReasonIPVSNotInUse
 	ReasonKubeIPVS0Missing   = "KubeIPVS0Missing"
 	ReasonUnreachable        = "KubeProxyUnreachable"
 	ReasonIPVSDeprecatedNote = "IPVSDeprecated"
@@ -161,8 +164,8 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	switch {
 	case mode != ModeIPVS && f.ConfiguredMode != "" && f.ConfiguredMode != ModeIPVS:
 		res.Status, res.Reason = check.StatusSkipped, ReasonNotConfiguredIPVS
-		res.Message = fmt.Sprintf("kube-proxy runs in %s mode, as configured: the IPVS checks do not apply; to use IPVS:", mode)
-		res.Remediation = c.cfg.Distro.KubeProxyRemediation(settings)
+		// Nothing to fix: a node off IPVS is not told to go back.
+		res.Message = DecideIPVSUse(c.cfg.Client.Address(), mode, nil, f.ConfiguredMode, nil).Message
 	case mode != ModeIPVS:
 		res.Status, res.Reason = check.StatusProblem, ReasonProxyModeNotIPVS
 		if f.ConfiguredMode == ModeIPVS {

@@ -48,13 +48,14 @@ func TestChecker(t *testing.T) {
 		wantReason string
 		wantMsg    []string
 		wantRem    []string
+		wantNoRem  bool
 	}{
 		{name: "1.37.1 in IPVS mode (real bodies)", addr: served("ipvs", "testdata/configz-ipvs-lc.json"), link: links(true, "10.96.0.1", "192.0.2.10"),
 			wantStatus: check.StatusOK, wantReason: ReasonIPVSMode, wantMsg: []string{"v1.37.1", "scheduler lc", "strictARP true", "deprecated since Kubernetes 1.35", "nftables"}},
 		{name: "configured ipvs (1.30 shape) but fell back to iptables", addr: served("iptables", "testdata/configz-1.30-internal.json"), link: links(false), d: distro.RKE2,
 			wantStatus: check.StatusProblem, wantReason: ReasonProxyModeNotIPVS, wantMsg: []string{"configured for ipvs but runs in iptables"}, wantRem: []string{"kube-proxy-arg", "proxy-mode=ipvs", "ipvs-scheduler=wrr"}},
 		{name: "iptables by configuration", addr: served("iptables", "testdata/configz-iptables.json"), link: links(false), d: distro.RKE1,
-			wantStatus: check.StatusSkipped, wantReason: ReasonNotConfiguredIPVS, wantRem: []string{"extra_args"}},
+			wantStatus: check.StatusSkipped, wantReason: check.ReasonIPVSNotInUse, wantMsg: []string{"kube-proxy runs in iptables mode, as configured: the IPVS prerequisites do not apply"}, wantNoRem: true},
 		{name: "IPVS mode without kube-ipvs0", addr: served("ipvs", "testdata/configz-ipvs-rr.json"), link: links(false),
 			wantStatus: check.StatusProblem, wantReason: ReasonKubeIPVS0Missing, wantMsg: []string{"kube-ipvs0"}},
 		{name: "metrics port refuses connections", addr: refused, link: links(true),
@@ -79,6 +80,9 @@ func TestChecker(t *testing.T) {
 				}
 			}
 			rem := check.JoinSteps(res.Remediation, "\n")
+			if tc.wantNoRem && len(res.Remediation) > 0 {
+				t.Errorf("remediation %q, want none", rem)
+			}
 			for _, s := range tc.wantRem {
 				if !strings.Contains(rem, s) {
 					t.Errorf("remediation lacks %q:\n%s", s, rem)

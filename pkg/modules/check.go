@@ -61,6 +61,11 @@ type Config struct {
 	Loader Loader
 	// Distro words the remediation; empty means distro.Detect(Root).
 	Distro distro.Distro
+	// IPVSUse, when set, is asked on every Run whether the IPVS
+	// prerequisites apply (kube-proxy's mode): when they do not, Run reads
+	// and changes nothing and reports check.ReasonIPVSNotInUse; when IPVS
+	// was assumed, its message says so. Nil: they always apply.
+	IPVSUse check.IPVSUseFunc
 }
 
 // Checker is the modules check (check name "modules").
@@ -91,6 +96,12 @@ func (c *Checker) Name() string { return check.NameModules }
 // only when the state could not be read at all.
 func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	log := klog.FromContext(ctx).WithValues("check", check.NameModules)
+	var use check.IPVSUse
+	if c.cfg.IPVSUse != nil {
+		if use = c.cfg.IPVSUse(ctx); !use.Applies {
+			return use.NotInUse(c.Name()), nil
+		}
+	}
 	rel, err := c.cfg.Root.KernelRelease()
 	if err != nil {
 		return check.Result{}, err
@@ -122,6 +133,9 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	}
 	res := c.result(obs)
 	res.Actions = actions
+	if use.Message != "" {
+		res.Message = strings.TrimSpace(res.Message + " " + use.Message + ".")
+	}
 	if len(failures) > 0 {
 		res.Message += " Remediation failed: " + strings.Join(failures, "; ") + "."
 		if res.Status == check.StatusOK {

@@ -552,3 +552,41 @@ func TestSchedulerFuncAskedEveryRun(t *testing.T) {
 		}
 	}
 }
+
+// TestRemediateFollowsKubeProxyMode: with kube-proxy configured for and
+// running in another mode, a remediating run loads nothing and writes
+// nothing (IPVSNotInUse); switched back to IPVS, the next run remediates;
+// with IPVS assumed (kube-proxy not reachable), the message says so.
+func TestRemediateFollowsKubeProxyMode(t *testing.T) {
+	dir := copyTree(t, "debian12")
+	owned := filepath.Join(dir, "etc/modules-load.d/ipvs.conf")
+	loader := &procLoader{root: dir}
+	use := check.IPVSUse{Mode: "nftables", Message: "kube-proxy runs in nftables mode, as configured: the IPVS prerequisites do not apply"}
+	c := NewChecker(Config{Root: hostfs.New(dir), Remediate: true, Loader: loader,
+		IPVSUse: func(context.Context) check.IPVSUse { return use }})
+	res, err := c.Run(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != check.StatusSkipped || res.Reason != check.ReasonIPVSNotInUse || res.Message != use.Message || len(res.Actions) > 0 {
+		t.Errorf("nftables: %+v", res)
+	}
+	if len(loader.calls) > 0 {
+		t.Errorf("nftables: loaded %v", loader.calls)
+	}
+	if _, err := os.Stat(owned); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("nftables: %s written (%v)", owned, err)
+	}
+
+	use = check.IPVSUse{Applies: true, Message: "kube-proxy not reachable at 127.0.0.1:10249: assuming IPVS mode"}
+	res, err = c.Run(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != check.StatusOK || !strings.HasSuffix(res.Message, " "+use.Message+".") || len(loader.calls) != 1 {
+		t.Errorf("IPVS assumed: %+v, loads %v", res, loader.calls)
+	}
+	if _, err := os.Stat(owned); err != nil {
+		t.Errorf("IPVS assumed: %s not written: %v", owned, err)
+	}
+}

@@ -3,6 +3,7 @@
 package nodestatus
 
 import (
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -124,7 +125,9 @@ func combine(t ConditionType, rs []*check.Result) Condition {
 		if primary == nil {
 			primary = r
 		}
-		if m := strings.TrimSpace(r.Message); m != "" {
+		// The same message twice (both checks saying the IPVS
+		// prerequisites do not apply) is said once.
+		if m := strings.TrimSpace(r.Message); m != "" && !slices.Contains(msgs, m) {
 			msgs = append(msgs, m)
 		}
 	}

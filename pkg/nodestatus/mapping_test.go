@@ -63,6 +63,15 @@ func TestConditions(t *testing.T) {
 			want: []Condition{{Type: KubeProxyIPVSDegraded, Status: StatusTrue, Reason: "NotIPVSMode", Message: "a. b."}},
 		},
 		{
+			name:    "kube-proxy and ipvs both not in use: one message, not twice",
+			enabled: []string{check.NameKubeProxy, check.NameIPVS},
+			results: []check.Result{
+				{Name: check.NameKubeProxy, Status: check.StatusSkipped, Reason: check.ReasonIPVSNotInUse, Message: "kube-proxy runs in nftables mode, as configured: the IPVS prerequisites do not apply"},
+				{Name: check.NameIPVS, Status: check.StatusSkipped, Reason: check.ReasonIPVSNotInUse, Message: "kube-proxy runs in nftables mode, as configured: the IPVS prerequisites do not apply"},
+			},
+			want: []Condition{{Type: KubeProxyIPVSDegraded, Status: StatusFalse, Reason: check.ReasonIPVSNotInUse, Message: "Nothing to check: kube-proxy runs in nftables mode, as configured: the IPVS prerequisites do not apply"}},
+		},
+		{
 			name:    "ok without reason gets the default",
 			enabled: []string{check.NameModules},
 			results: []check.Result{{Name: check.NameModules, Status: check.StatusOK}},
