@@ -242,7 +242,7 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 }
 
 // shutdownTimeout bounds how long `run` waits after SIGTERM for its loop,
-// HTTP servers and informers to stop (DESIGN §8: "within a few seconds"),
+// HTTP servers and informers to stop (docs/design.md §8: "within a few seconds"),
 // well inside Kubernetes' default 30 s grace period, whatever the API
 // server does.
 const shutdownTimeout = 4 * time.Second
