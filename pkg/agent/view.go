@@ -119,7 +119,7 @@ var nodesResource = corev1.SchemeGroupVersion.WithResource("nodes")
 const NotHeadlessServices = "spec.clusterIP!=" + corev1.ClusterIPNone
 
 // NewClusterView sets up (without starting) the informers the agent reads
-// the cluster through; what each watches, and why (see the README's scale
+// the cluster through; what each watches, and why (see docs/scale.md
 // section for the cost):
 //
 //   - Services but headless ones (NotHeadlessServices, kube-proxy's field
