@@ -120,7 +120,7 @@ const NotHeadlessServices = "spec.clusterIP!=" + corev1.ClusterIPNone
 
 // NewClusterView sets up (without starting) the informers the agent reads
 // the cluster through; what each watches, and why (see docs/scale.md
-// section for the cost):
+// for the cost):
 //
 //   - Services but headless ones (NotHeadlessServices, kube-proxy's field
 //     selector): the ipvs check compares every VIP kube-proxy must program;
