@@ -388,6 +388,47 @@ func TestPrometheusRuleIsTheTestedFile(t *testing.T) {
 	}
 }
 
+// TestRunbookBaseURL checks that prometheusRule.runbookBaseURL moves every
+// alert's runbook_url and nothing else.
+func TestRunbookBaseURL(t *testing.T) {
+	out, stderr, err := render(t, "prometheusRule.enabled=true", "prometheusRule.runbookBaseURL=https://wiki.example/runbooks")
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, stderr)
+	}
+	var rule struct {
+		Spec struct {
+			Groups []struct {
+				Rules []struct {
+					Alert       string            `json:"alert"`
+					Annotations map[string]string `json:"annotations"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"spec"`
+	}
+	for _, o := range split(t, out) {
+		if o.kind == "PrometheusRule" {
+			if err := yaml.Unmarshal(o.raw, &rule); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	n := 0
+	for _, g := range rule.Spec.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			n++
+			if u := r.Annotations["runbook_url"]; !strings.HasPrefix(u, "https://wiki.example/runbooks/") || !strings.HasSuffix(u, ".md") {
+				t.Errorf("%s: runbook_url %q, want https://wiki.example/runbooks/<page>.md", r.Alert, u)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no alerts rendered")
+	}
+}
+
 func TestDashboardConfigMap(t *testing.T) {
 	out, stderr, err := render(t)
 	if err != nil {

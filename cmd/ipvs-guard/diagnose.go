@@ -18,7 +18,7 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
 
-// checkOptions are the flags shared by `diagnose` and `run` (DESIGN §8).
+// checkOptions are the flags shared by `diagnose` and `run` (docs/design.md §8).
 type checkOptions struct {
 	kubeconfig       string
 	nodeName         string

@@ -54,7 +54,7 @@ func execute(ctx context.Context, args []string) int {
 
 // executeTo runs the command args name and returns its exit code. An error
 // goes to stderr; for `diagnose -o json` it is also one JSON report on
-// stdout (DESIGN §8: -o json prints one object), with "error" and, for a
+// stdout (docs/design.md §8: -o json prints one object), with "error" and, for a
 // usage error, "usage": true.
 func executeTo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := newRootCommand()

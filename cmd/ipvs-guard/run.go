@@ -122,7 +122,7 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 // 1 + GOGC/100 times the live heap. 50 kept RSS about 15 % under the
 // default 100 (make test-scale: 44 instead of 54 MiB at 300 nodes and
 // 1,000 Services) for about 3 millicores; 25 keeps another 3–4 MiB off
-// at 1,000 nodes (make bench-scale; the README's scale section states
+// at 1,000 nodes (make bench-scale; docs/scale.md states
 // the garbage collector's CPU share measured with it).
 const agentGCPercent = 25
 
@@ -242,7 +242,7 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 }
 
 // shutdownTimeout bounds how long `run` waits after SIGTERM for its loop,
-// HTTP servers and informers to stop (DESIGN §8: "within a few seconds"),
+// HTTP servers and informers to stop (docs/design.md §8: "within a few seconds"),
 // well inside Kubernetes' default 30 s grace period, whatever the API
 // server does.
 const shutdownTimeout = 4 * time.Second

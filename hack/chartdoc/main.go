@@ -225,7 +225,8 @@ func writeAlerts(b *bytes.Buffer, path string) error {
 	}
 	b.WriteString("## Alerts\n\n")
 	b.WriteString("`prometheusRule.enabled=true` installs these (from `files/alerts.yaml`, unit-tested with `promtool test rules`);\n")
-	b.WriteString("each description is a short runbook. They select `job=\"ipvs-guard\"`, which the ServiceMonitor sets.\n\n")
+	b.WriteString("each description is a short runbook, and `runbook_url` links its page in [docs/runbooks](../../docs/runbooks/README.md)\n")
+	b.WriteString("(`prometheusRule.runbookBaseURL` moves the links). They select `job=\"ipvs-guard\"`, which the ServiceMonitor sets.\n\n")
 	b.WriteString("| Alert | Severity | For | Summary |\n|-------|----------|-----|---------|\n")
 	for _, g := range rules.Groups {
 		for _, r := range g.Rules {

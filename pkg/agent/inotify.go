@@ -15,7 +15,7 @@ import (
 )
 
 // DefaultModulesLoadDirs are the directories systemd-modules-load reads
-// (DESIGN §3.1), as host paths.
+// (docs/design.md §3.1), as host paths.
 var DefaultModulesLoadDirs = []string{
 	"/etc/modules-load.d", "/run/modules-load.d", "/usr/local/lib/modules-load.d", "/usr/lib/modules-load.d", "/lib/modules-load.d",
 }

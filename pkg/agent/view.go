@@ -119,8 +119,8 @@ var nodesResource = corev1.SchemeGroupVersion.WithResource("nodes")
 const NotHeadlessServices = "spec.clusterIP!=" + corev1.ClusterIPNone
 
 // NewClusterView sets up (without starting) the informers the agent reads
-// the cluster through; what each watches, and why (see the README's scale
-// section for the cost):
+// the cluster through; what each watches, and why (see docs/scale.md
+// for the cost):
 //
 //   - Services but headless ones (NotHeadlessServices, kube-proxy's field
 //     selector): the ipvs check compares every VIP kube-proxy must program;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package arpcheck proves that LoadBalancer IPs answer address resolution on
-// this node's layer-2 segment (DESIGN §3.6): ARP for IPv4 addresses,
+// this node's layer-2 segment (docs/design.md §3.6): ARP for IPv4 addresses,
 // neighbour discovery (NDP: solicitations to the solicited-node multicast
 // group, advertisements back) for IPv6 ones. It sends requests for many IPs
 // at once on one AF_PACKET socket per interface and family, collects every

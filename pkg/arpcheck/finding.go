@@ -11,7 +11,7 @@ import (
 )
 
 // Finding is the arp check's observation for one IP. Its JSON shape is part
-// of the CLI contract (DESIGN §8): ip, interface, result, macs, rtt_seconds,
+// of the CLI contract (docs/design.md §8): ip, interface, result, macs, rtt_seconds,
 // family, plus optional context fields that are left out when empty.
 type Finding struct {
 	// IP is the probed address.

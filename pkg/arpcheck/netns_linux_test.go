@@ -397,7 +397,7 @@ func TestNetNSRouteChoosesInterface(t *testing.T) {
 }
 
 // TestNetNSDiagnoseCLI runs `ipvs-guard diagnose --probe-ip` inside the
-// prober namespace and checks the JSON contract (DESIGN §8) and exit code.
+// prober namespace and checks the JSON contract (docs/design.md §8) and exit code.
 func TestNetNSDiagnoseCLI(t *testing.T) {
 	requireNetNS(t)
 	bin := ipvsguardtest.Binary(t)

@@ -2,7 +2,7 @@
 
 package check
 
-// State is the typed state one finding publishes as metrics (DESIGN §8). The
+// State is the typed state one finding publishes as metrics (docs/design.md §8). The
 // metrics collector reads it through [Finding.State] and knows no checking
 // package: a check that observes a new kind of state adds a field here and
 // its metric families in pkg/metrics, and the collector's tests fail until

@@ -32,7 +32,7 @@ func Steps(lines ...string) []Step {
 // String joins the step's lines with "\n".
 func (s Step) String() string { return strings.Join(s, "\n") }
 
-// MarshalJSON renders the step as one string (DESIGN §8: "remediation": [str]).
+// MarshalJSON renders the step as one string (docs/design.md §8: "remediation": [str]).
 func (s Step) MarshalJSON() ([]byte, error) {
 	b, err := json.Marshal(s.String())
 	if err != nil {

@@ -27,7 +27,7 @@ import (
 // Nodes, MetalLB's ServiceL2Status) when no agent view is given.
 const DefaultListTimeout = 10 * time.Second
 
-// Config is everything the check set is built from (DESIGN §8: the flags
+// Config is everything the check set is built from (docs/design.md §8: the flags
 // shared by `diagnose` and `run`).
 type Config struct {
 	// Root is the host's filesystem (--root).
@@ -137,10 +137,10 @@ func newShared(cfg Config) shared {
 		addr = kubeproxy.DefaultMetricsAddress
 	}
 	s := shared{distro: distro.Detect(cfg.Root), kubeProxy: kubeproxy.NewClient(addr, kubeproxy.DefaultTimeout)}
-	// Whether the IPVS prerequisites apply (DESIGN §3b): kube-proxy's mode,
+	// Whether the IPVS prerequisites apply (docs/design.md §3b): kube-proxy's mode,
 	// asked once per pass and again at the next one.
 	s.use = kubeproxy.NewUseResolver(s.kubeProxy, 0)
-	// The scheduler every check assumes (DESIGN §8): --scheduler, else
+	// The scheduler every check assumes (docs/design.md §8): --scheduler, else
 	// kube-proxy's /configz, else its ConfigMap (with a cluster), else the
 	// last one of them gave, else rr.
 	sources := []kubeproxy.SchedulerSource{kubeproxy.ConfigzScheduler(s.kubeProxy)}

@@ -2,7 +2,7 @@
 
 // Package diagnose runs every check once and renders the report of
 // `ipvs-guard diagnose` (text or JSON) with its exit code. It owns the report
-// format and the exit-code contract of DESIGN §8; it never decides what a
+// format and the exit-code contract of docs/design.md §8; it never decides what a
 // check finds, and changes nothing itself (a checker built with remediation
 // enabled may).
 package diagnose

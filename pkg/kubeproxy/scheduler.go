@@ -102,7 +102,7 @@ func ConfigMapConfig(ctx context.Context, cs kube.Interface) (Config, error) {
 }
 
 // ResolveScheduler returns the IPVS scheduler the checks should assume and
-// where it came from (DESIGN §8): override (the --scheduler flag) when set;
+// where it came from (docs/design.md §8): override (the --scheduler flag) when set;
 // else the first source that answers with a scheduler (pass
 // ConfigzScheduler, then ConfigMapScheduler when a kubeconfig is given); else
 // DefaultScheduler. Sources that fail are logged at V(2) and skipped.

@@ -16,7 +16,7 @@ import (
 
 const namespace = "ipvs_guard"
 
-// ARP probe results, as in the arp check's findings (DESIGN §8).
+// ARP probe results, as in the arp check's findings (docs/design.md §8).
 var arpResults = []string{"answered", "no-reply", "conflict", "wrong-responder"}
 
 // Check statuses, in the order they are exposed.

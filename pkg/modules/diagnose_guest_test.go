@@ -28,7 +28,7 @@ import (
 // These tests drive the real ipvs-guard binary (the modules check of
 // diagnose) in the guest kernel, where nothing but ipvs-guard's own loader can
 // load a module (hack/guest/README.md). They follow the CLI contract of
-// DESIGN §8 and nothing else.
+// docs/design.md §8 and nothing else.
 
 const ownedConf = "/etc/modules-load.d/ipvs.conf"
 
@@ -43,7 +43,7 @@ var closure = append(slices.Clone(required), "nf_defrag_ipv4", "nf_defrag_ipv6",
 // modulesLoadDirs are the directories systemd-modules-load reads.
 var modulesLoadDirs = []string{"/etc/modules-load.d", "/run/modules-load.d", "/usr/local/lib/modules-load.d", "/usr/lib/modules-load.d"}
 
-// report is the `-o json` shape of DESIGN §8.
+// report is the `-o json` shape of docs/design.md §8.
 type report struct {
 	Healthy bool          `json:"healthy"`
 	Node    string        `json:"node"`

@@ -13,7 +13,7 @@ import (
 )
 
 // Finding is the state of one module. Its JSON form is the module finding
-// of the diagnose report (DESIGN §8).
+// of the diagnose report (docs/design.md §8).
 type Finding struct {
 	// Module is the module name.
 	Module string `json:"module"`

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package nodestatus publishes ipvs-guard's findings on the agent's own Node:
-// the four Node conditions of DESIGN §4 (True means a problem), one
+// the four Node conditions of docs/design.md §4 (True means a problem), one
 // events.k8s.io/v1 Event per condition transition, and the annotation that
 // names this node's interface MACs.
 //

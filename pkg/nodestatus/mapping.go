@@ -57,7 +57,7 @@ func ChecksFor(t ConditionType) []string {
 //     the state of the node is not known;
 //   - skipped: False with the result's reason (default NothingToCheck) and a
 //     message starting "Nothing to check: ": a skipped check never makes the
-//     node unhealthy (DESIGN §8), and Unknown would page on every node
+//     node unhealthy (docs/design.md §8), and Unknown would page on every node
 //     without LoadBalancer IPs.
 //
 // KubeProxyIPVSDegraded combines the kube-proxy and ipvs checks: the worst

@@ -68,7 +68,7 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 
 // ShutdownTimeout is how long Run lets requests in flight finish once its
 // context ends; then it closes their connections. A process stopping on
-// SIGTERM has a few seconds in all (DESIGN §8).
+// SIGTERM has a few seconds in all (docs/design.md §8).
 const ShutdownTimeout = 2 * time.Second
 
 // Run serves until ctx is done, then shuts down gracefully

@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// ownedConditions are the Node condition types ipvs-guard publishes (DESIGN §4).
+// ownedConditions are the Node condition types ipvs-guard publishes (docs/design.md §4).
 var ownedConditions = []string{"IPVSModulesMissing", "KubeProxyIPVSDegraded", "StrictARPDisabled", "LoadBalancerARPFailing"}
 
 // timeline prints what happens, as it happens, with the time since the

@@ -2,7 +2,7 @@
 
 // Package shard decides which nodes ARP-probe which LoadBalancer IPs, so
 // cluster-wide ARP traffic grows with the number of IPs, not nodes × IPs
-// (DESIGN §3.6). Each IP is probed by k nodes chosen by rendezvous (highest
+// (docs/design.md §3.6). Each IP is probed by k nodes chosen by rendezvous (highest
 // random weight) hashing over the names of the nodes that run the agent; the node announcing an
 // IP never judges it, the next-ranked node takes its place.
 //

@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package deploy_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// runbookBase is the prefix of every runbook_url in files/alerts.yaml; the
+// chart's prometheusRule.runbookBaseURL replaces it.
+const runbookBase = "https://github.com/ipvs-guard/ipvs-guard/blob/main/docs/runbooks/"
+
+// TestEveryAlertLinksAnExistingRunbook checks that each shipped alert has a
+// runbook_url under docs/runbooks/ and that the page exists: for the alert
+// whose page depends on the condition reason, every reason it can carry.
+func TestEveryAlertLinksAnExistingRunbook(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("ipvs-guard", "files", "alerts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `json:"alert"`
+				Annotations map[string]string `json:"annotations"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := yaml.Unmarshal(raw, &file); err != nil {
+		t.Fatal(err)
+	}
+	// Reasons KubeProxyIPVSDegraded can be True with (kube-proxy and ipvs checks).
+	degraded := []string{"ProxyModeNotIPVS", "KubeIPVS0Missing", "IPVSModuleNotLoaded", "VirtualServerMissing", "NoRealServers", "SchedulerMismatch", "CheckFailed"}
+	n := 0
+	for _, g := range file.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			n++
+			url := r.Annotations["runbook_url"]
+			page, ok := strings.CutPrefix(url, runbookBase)
+			if !ok || !strings.HasSuffix(page, ".md") {
+				t.Errorf("%s: runbook_url %q is not %s<page>.md", r.Alert, url, runbookBase)
+				continue
+			}
+			pages := []string{page}
+			if strings.Contains(page, "{{ $labels.reason }}") {
+				pages = nil
+				for _, reason := range degraded {
+					pages = append(pages, strings.ReplaceAll(page, "{{ $labels.reason }}", reason))
+				}
+			}
+			for _, p := range pages {
+				if _, err := os.Stat(filepath.Join("..", "docs", "runbooks", p)); err != nil {
+					t.Errorf("%s: runbook %s: %v", r.Alert, p, err)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("alerts.yaml has no alerts")
+	}
+}
