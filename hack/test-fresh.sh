@@ -52,8 +52,10 @@ if [ ! -f "$rootfs/.ready" ]; then
 fi
 [ -f "$rootfs/.ready" ] || die "the fresh root filesystem is not ready ($rootfs)"
 
-# Every module the tiers build, in the module cache the root sees read-only.
+# Every module the tiers build, in the module cache the root sees read-only: the main module's
+# and the lint tier's staticcheck (hack/tools/staticcheck).
 go mod download
+(cd hack/tools/staticcheck && go mod download)
 goroot=$(go env GOROOT)
 modcache=$(go env GOMODCACHE)
 gocache=$(go env GOCACHE)
