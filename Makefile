@@ -31,12 +31,11 @@ test-fresh:
 	@echo "--- tier: fresh"
 	hack/test-fresh.sh
 
-## lint: go vet, gofmt, go mod tidy check
+## lint: gofmt, go vet and staticcheck (pinned in hack/tools/staticcheck) over every build tag, go mod tidy check
 .PHONY: lint test-lint
 lint test-lint:
 	@echo "--- tier: lint"
-	$(GO) vet ./...
-	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	hack/test-lint.sh
 
 ## test-unit: unit tests with the race detector (fuzz seeds run here too)
 .PHONY: test-unit

@@ -68,8 +68,13 @@ if [ ! -f "$rootfs/.ready" ]; then
 fi
 [ -f "$rootfs/.ready" ] || die "the fresh root filesystem is not ready ($rootfs)"
 
-# Every module the tiers build, in the module cache the root sees read-only.
-go mod download
+# Every module the tiers build, in the module cache the root sees read-only: the main module's
+# and the lint tier's staticcheck (hack/tools/staticcheck). The lint tier's go mod tidy check
+# also reads the modules of its dependencies' tests, which go mod download leaves out: a
+# go mod tidy -diff here fetches them (its verdict is the lint tier's, inside).
+for mod in . hack/tools/staticcheck; do
+	(cd "$mod" && go mod download && { go mod tidy -diff >/dev/null 2>&1 || true; })
+done
 goroot=$(go env GOROOT)
 modcache=$(go env GOMODCACHE)
 gocache=$(go env GOCACHE)

@@ -117,8 +117,9 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 }
 
 // agentGCPercent is the agent's GOGC unless the environment sets one: its
-// heap is mostly long-lived informer caches (about 15 MiB with 1,000 Nodes
-// and 5,000 Services and EndpointSlices), and the runtime keeps up to
+// heap is mostly long-lived informer caches (Services, its own Node and the
+// agents' peers EndpointSlices: about 15 MiB with 1,000 Nodes and 5,000
+// Services), and the runtime keeps up to
 // 1 + GOGC/100 times the live heap. 50 kept RSS about 15 % under the
 // default 100 (make test-scale: 44 instead of 54 MiB at 300 nodes and
 // 1,000 Services) for about 3 millicores; 25 keeps another 3–4 MiB off

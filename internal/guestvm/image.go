@@ -252,7 +252,7 @@ func stageGuestInfo(ctx context.Context, stage, rel string, u *Userland) error {
 	var judges string
 	if u != nil {
 		if err := u.stageUserland(stage); err != nil {
-			return fmt.Errorf("Debian %s's systemd-modules-load and kmod: %w", u.Suite, err)
+			return fmt.Errorf("staging Debian %s's systemd-modules-load and kmod: %w", u.Suite, err)
 		}
 		judges = fmt.Sprintf("Debian %s's own (%s): systemd %s, kmod %s, libc6 %s\n", u.Suite, userlandPrefix(u.Suite),
 			u.Version("systemd"), u.Version("kmod"), u.Version("libc6"))

@@ -80,7 +80,7 @@ func Prepare(ctx context.Context, o PrepareOptions) (*Image, error) {
 	var u *Userland
 	if !rel.Host {
 		if u, err = EnsureUserland(ctx, o.CacheDir, rel.Apt, o.Log); err != nil {
-			return nil, fmt.Errorf("Debian %s's userland: %w", rel.Name, err)
+			return nil, fmt.Errorf("preparing Debian %s's userland: %w", rel.Name, err)
 		}
 	}
 	kdir, err := EnsureKernel(ctx, o.CacheDir, kver, rel.Apt, u, o.Log)

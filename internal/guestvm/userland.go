@@ -306,7 +306,7 @@ func (u *Userland) find(candidates []string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("Debian %s's packages hold none of %s", u.Suite, strings.Join(candidates, " "))
+	return "", fmt.Errorf("no package of Debian %s holds any of %s", u.Suite, strings.Join(candidates, " "))
 }
 
 // libDirs are the unpacked root's library directories, searched in order

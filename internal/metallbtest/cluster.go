@@ -198,7 +198,7 @@ func (m *MetalLB) ensurePod(ctx context.Context, name, node string, ip netip.Add
 		}, metav1.CreateOptions{})
 	}
 	if err != nil {
-		return fmt.Errorf("Pod %s: %w", name, err)
+		return fmt.Errorf("writing Pod %s: %w", name, err)
 	}
 	now := metav1.Now()
 	p.Status = corev1.PodStatus{
@@ -211,7 +211,7 @@ func (m *MetalLB) ensurePod(ctx context.Context, name, node string, ip netip.Add
 		p.Status.PodIPs = []corev1.PodIP{{IP: ip.String()}}
 	}
 	if _, err := pods.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("Pod %s status: %w", name, err)
+		return fmt.Errorf("updating Pod %s status: %w", name, err)
 	}
 	return nil
 }

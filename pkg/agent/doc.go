@@ -2,9 +2,10 @@
 
 // Package agent is ipvs-guard's node reconcile loop (`ipvs-guard run`).
 //
-// It owns the informers (Services, EndpointSlices, its own Node, the
-// agents' peers Service's EndpointSlices, MetalLB ServiceL2Status when that
-// CRD exists), a rate-limited workqueue of a few fixed keys (one per check,
+// It owns the informers (Services, its own Node, the agents' peers
+// Service's EndpointSlices, MetalLB ServiceL2Status when that CRD exists;
+// the EndpointSlices of the few Services a verdict depends on are read on
+// demand, endpoints.go), a rate-limited workqueue of a few fixed keys (one per check,
 // and the Node) served by a worker per key, so a long ARP round never delays
 // a module check, the resync ticker on an injected clock, and the wake-ups
 // from the kernel (module add/remove uevents) and from inotify on the

@@ -176,7 +176,8 @@ func NodeVersion(cs kube.Interface, node string) VersionSource {
 		if err != nil {
 			return Version{}, fmt.Errorf("reading Node %s: %w", node, err)
 		}
-		v := n.Status.NodeInfo.KubeProxyVersion //nolint:staticcheck // deprecated, still read where set
+		//lint:ignore SA1019 deprecated, but still the exact answer where a kubelet sets it
+		v := n.Status.NodeInfo.KubeProxyVersion
 		if v == "" {
 			v = n.Status.NodeInfo.KubeletVersion
 		}
