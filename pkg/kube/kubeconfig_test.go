@@ -47,17 +47,7 @@ func TestRESTConfigFromKubeconfig(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "pki", "ca.crt"), []byte("not checked here"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	fifo := filepath.Join(dir, "fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	huge := filepath.Join(dir, "huge")
-	if err := os.WriteFile(huge, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(huge, 64<<20); err != nil { // sparse: no disk used
-		t.Fatal(err)
-	}
+	fifo, huge := badFiles(t, dir)
 	garbage := filepath.Join(dir, "garbage")
 	if err := os.WriteFile(garbage, []byte("{not yaml: ["), 0o600); err != nil {
 		t.Fatal(err)
@@ -146,17 +136,7 @@ func TestKubeconfigReferencedFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fifo := filepath.Join(dir, "fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	huge := filepath.Join(dir, "huge")
-	if err := os.WriteFile(huge, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(huge, 64<<20); err != nil { // sparse: no disk used
-		t.Fatal(err)
-	}
+	fifo, huge := badFiles(t, dir)
 	bad := []struct {
 		name    string
 		path    string
@@ -245,3 +225,21 @@ func TestKubeconfigReferencedFiles(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// badFiles makes, in dir, a named pipe and a sparse 64 MiB file: what a
+// bounded, regular-file-only read must refuse without blocking.
+func badFiles(t *testing.T, dir string) (fifo, huge string) {
+	t.Helper()
+	fifo = filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	huge = filepath.Join(dir, "huge")
+	if err := os.WriteFile(huge, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(huge, 64<<20); err != nil { // sparse: no disk used
+		t.Fatal(err)
+	}
+	return fifo, huge
+}
