@@ -6,18 +6,14 @@ package main
 
 import (
 	"context"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
-	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 )
 
@@ -27,23 +23,9 @@ import (
 // with reason IPVSNotInUse, nothing is written, and resyncs post no Events.
 // kube-proxy switched back to ipvs, the modules condition is True again.
 func TestRunNotInIPVSMode(t *testing.T) {
-	s := apiservertest.Start(t, apiservertest.Options{})
-	admin := kubernetes.NewForConfigOrDie(s.AdminConfig())
+	s, admin, root, health := startRunFixture(t)
 	ctx := context.Background()
-	if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	root := filepath.Join(t.TempDir(), "root")
-	if out, err := exec.Command("cp", "-a", filepath.Join("..", "..", "pkg", "modules", "testdata", "debian12"), root).CombinedOutput(); err != nil {
-		t.Fatalf("copying the host tree: %v: %s", err, out)
-	}
 	kp, setMode := fakeKubeProxy(t, "nftables")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	health := l.Addr().String()
-	l.Close()
 
 	runCtx, stop := context.WithCancel(ctx)
 	code := make(chan int, 1)

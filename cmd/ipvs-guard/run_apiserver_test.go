@@ -26,22 +26,8 @@ import (
 // real API server over a captured host tree, then cancels its context as
 // SIGTERM does: it must exit 0 within a few seconds.
 func TestRunPublishesAndStopsOnSignal(t *testing.T) {
-	s := apiservertest.Start(t, apiservertest.Options{})
-	admin := kubernetes.NewForConfigOrDie(s.AdminConfig())
+	s, admin, root, health := startRunFixture(t)
 	ctx := context.Background()
-	if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	root := filepath.Join(t.TempDir(), "root")
-	if out, err := exec.Command("cp", "-a", filepath.Join("..", "..", "pkg", "modules", "testdata", "debian12"), root).CombinedOutput(); err != nil {
-		t.Fatalf("copying the host tree: %v: %s", err, out)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	health := l.Addr().String()
-	l.Close()
 
 	runCtx, stop := context.WithCancel(ctx)
 	code := make(chan int, 1)
@@ -107,4 +93,27 @@ func TestRunPublishesAndStopsOnSignal(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("run did not stop within 5 s of the signal")
 	}
+}
+
+// startRunFixture starts a real API server with a Node node-a, copies the
+// captured debian12 host tree for --root, and picks a free loopback address
+// for the agent's health and metrics server.
+func startRunFixture(t *testing.T) (s *apiservertest.Server, admin kubernetes.Interface, root, health string) {
+	t.Helper()
+	s = apiservertest.Start(t, apiservertest.Options{})
+	admin = kubernetes.NewForConfigOrDie(s.AdminConfig())
+	if _, err := admin.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	root = filepath.Join(t.TempDir(), "root")
+	if out, err := exec.Command("cp", "-a", filepath.Join("..", "..", "pkg", "modules", "testdata", "debian12"), root).CombinedOutput(); err != nil {
+		t.Fatalf("copying the host tree: %v: %s", err, out)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	health = l.Addr().String()
+	l.Close()
+	return s, admin, root, health
 }
