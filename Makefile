@@ -22,7 +22,7 @@ build:
 
 ## test: every tier, each named so a failure says where it broke (lint, unit, fuzz and netns run inside the fresh tier)
 .PHONY: test
-test: test-fresh test-guest test-apiserver test-scale test-metallb test-rules test-chart test-image test-e2e test-node
+test: test-fresh test-guest test-apiserver test-scale test-metallb test-migrate test-rules test-chart test-image test-e2e test-node
 	@echo "all test tiers passed"
 
 ## test-fresh: the lint, unit, fuzz and netns tiers inside a pristine Debian 12 root (debootstrap, overlay, chroot): no tier leans on host state (root)
@@ -132,6 +132,12 @@ guest-shell:
 test-metallb:
 	@echo "--- tier: metallb"
 	hack/metallb/test.sh
+
+## test-migrate: one node from kube-proxy IPVS mode to nftables mode and back, for real: the guest's kube-proxy v1.37.1, MetalLB's speaker and agent on a segment; switch → conditions, → ClusterIP, → LoadBalancer IP timed; one ARP responder throughout (root)
+.PHONY: test-migrate
+test-migrate:
+	@echo "--- tier: migrate"
+	hack/migrate/test.sh
 
 ## bench-metallb: ARP RTT to MetalLB's user-space responder over 100 probes, ipvs-guard vs arping (median ratio)
 .PHONY: bench-metallb

@@ -182,6 +182,19 @@ func (m *MetalLB) StartSpeaker(ctx context.Context, n *l2segment.Node) error {
 	return nil
 }
 
+// SpeakerArgs writes the speaker Pod object for a node that runs its
+// speaker itself (a virtual machine on the segment: internal/guestvm), with
+// the node's IP, and returns the speaker's arguments for that node, as
+// StartSpeaker passes them (KUBECONFIG comes from the caller).
+func (m *MetalLB) SpeakerArgs(ctx context.Context, node string, ip netip.Addr) ([]string, error) {
+	pod := "speaker-" + node
+	if err := m.ensurePod(ctx, pod, node, ip, map[string]string{"app": "metallb", "component": "speaker"}); err != nil {
+		return nil, err
+	}
+	return []string{"--node-name=" + node, "--pod-name=" + pod, "--namespace=" + Namespace,
+		"--ml-bindaddr=" + ip.String(), "--ml-labels=" + SpeakerLabels, "--port=0", "--log-level=info"}, nil
+}
+
 // ensurePod writes the Pod a DaemonSet or Deployment would have made,
 // Running on node with the node's IP (hostNetwork) when ip is valid.
 func (m *MetalLB) ensurePod(ctx context.Context, name, node string, ip netip.Addr, labels map[string]string) error {

@@ -1,0 +1,530 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build migrate && linux
+
+package migrate
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ipvs-guard/ipvs-guard/internal/l2segment"
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
+)
+
+// ipvsConditions are the guest's conditions that only mean something in
+// IPVS mode: after the switch each must be False with reason IPVSNotInUse.
+var ipvsConditions = []string{string(nodestatus.IPVSModulesMissing), string(nodestatus.KubeProxyIPVSDegraded), string(nodestatus.StrictARPDisabled)}
+
+// Names of the readiness report the tier proves once diagnose has
+// --target-mode (see TestMigrate).
+const (
+	checkReadiness      = "nftables-readiness"
+	checkLeftovers      = "ipvs-leftovers"
+	reasonIPVSInUse     = "IPVSInUse"
+	reasonIPVSLeftovers = "IPVSLeftovers"
+)
+
+// leftoverKinds are the finding kinds of the ipvs-leftovers check.
+var leftoverKinds = []string{"kube-ipvs0", "virtual-server", "ipset", "sysctl", "modules-load-file"}
+
+// ipvsArgs are kube-proxy's flags in IPVS mode (besides those
+// mg_kp_start sets): strictARP on, as MetalLB's L2 mode requires; the
+// periodic resync at 10 min because under TCG one full sync round keeps
+// the guest's only vCPU busy for many seconds (changes still sync at once).
+const ipvsArgs = "--ipvs-scheduler=rr --ipvs-strict-arp=true --ipvs-sync-period=10m --v=1"
+
+// TestMigrate is the migration of one node from kube-proxy's IPVS mode to
+// nftables mode and back, with a ClusterIP and a MetalLB LoadBalancer IP in
+// use, as hack/migrate/README.md tells it.
+func TestMigrate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	c := newCluster(t, ctx)
+	c.joinGuest()
+	c.service()
+	c.startSpeaker()
+	c.guestRun(`mg_kp_start ipvs ` + ipvsArgs)
+	c.guestRun(`kp_wait_table 180 ` + clusterIP + ` ` + c.lbIP.String())
+	c.waitFor("MetalLB's ServiceL2Status names the guest", waitLong, func() (bool, string) {
+		n := c.l2Status()
+		return n == guestName, "announcer " + strconv.Quote(n)
+	})
+	c.startAgents()
+	c.step("setup done")
+	t.Logf("setup: guest %s (%s) as %s; probe node %s (%s); %s/%s: ClusterIP %s, LoadBalancer IP %s announced by the guest's speaker",
+		c.guest.tap.IP, c.guest.tap.MAC, c.guest.dev, c.probe.IP, c.probe.MAC, "default", svcName, clusterIP, c.lbIP)
+
+	targetMode := c.hasTargetMode()
+	if !targetMode {
+		t.Log("SKIP ************************************************************************")
+		t.Log("SKIP `ipvs-guard diagnose --help` lists no --target-mode: the nftables-readiness and")
+		t.Log("SKIP ipvs-leftovers assertions (the foreign virtual server named, the leftovers")
+		t.Log("SKIP reported exactly) are NOT proved by this run")
+		t.Log("SKIP ************************************************************************")
+	}
+
+	c.step("IPVS mode: Services answer, one ARP responder, prerequisites apply")
+	c.expectIPVSMode(t, "before the switch")
+
+	c.step("a foreign virtual server, and the readiness report")
+	c.guestRun(`ipvsadm -A -t ` + foreignVS + `:80 -s rr && ipvsadm -Ln -t ` + foreignVS + `:80`)
+	t.Logf("a foreign virtual server: ipvsadm -A -t %s:80 -s rr", foreignVS)
+	if targetMode {
+		c.expectReadiness(t)
+	}
+	warn := map[string]int{}
+	for _, a := range ipvsConditions {
+		warn[a] = c.warnings(guestName, a)
+	}
+	probeWarn := c.warnings(probeName, string(nodestatus.LoadBalancerARPFailing))
+
+	c.step("switch to nftables mode")
+	sw := c.switchToNftables(t)
+
+	c.step("nftables mode: no IPVS alarm, one ARP responder throughout, foreign virtual server gone")
+	c.expectNoAlarm(t, sw, warn, probeWarn)
+	out := c.guestRun(`ipvsadm -Ln`)
+	if strings.Contains(out, foreignVS+":80") {
+		t.Errorf("the foreign virtual server %s:80 is still there after kube-proxy's IPVS cleanup:\n%s", foreignVS, out)
+	}
+	if mode := strings.TrimSpace(c.guestRun(`wget -qO- http://127.0.0.1:10249/proxyMode`)); mode != "nftables" {
+		t.Errorf("kube-proxy's /proxyMode = %q, want nftables", mode)
+	}
+	rep := c.diagnose(t, "")
+	if r := rep.check(check.NameModules); r == nil || r.Reason != check.ReasonIPVSNotInUse {
+		t.Errorf("diagnose in nftables mode: modules check %+v, want reason %s", r, check.ReasonIPVSNotInUse)
+	}
+	if targetMode {
+		c.expectLeftovers(t, rep)
+	}
+
+	c.step("back to IPVS mode: prerequisites apply again")
+	back := time.Now()
+	c.guestRun(`mg_kp_start ipvs ` + ipvsArgs)
+	d := c.waitFor("the guest's IPVS conditions leave IPVSNotInUse", waitLong, c.ipvsConditionsApply)
+	c.figure("switch back to ipvs → conditions apply again (reasons not IPVSNotInUse)", "%.1fs", d.Seconds())
+	c.guestRun(`kp_wait_table 180 ` + clusterIP + ` ` + c.lbIP.String())
+	c.figure("switch back to ipvs → ClusterIP and LB IP programmed (kube-ipvs0, virtual servers)", "%.1fs", time.Since(back).Seconds())
+	c.expectIPVSMode(t, "after the switch back")
+	c.printFigures()
+}
+
+// hasTargetMode reports whether the guest's ipvs-guard has diagnose
+// --target-mode (the readiness report).
+func (c *cluster) hasTargetMode() bool {
+	_, code := c.guestTry(`ipvs-guard diagnose --help 2>&1 | grep -q -- --target-mode`)
+	return code == 0
+}
+
+// expectIPVSMode checks the node in IPVS mode: kube-proxy reports ipvs, the
+// ClusterIP answers in the guest and the LoadBalancer IP from the segment,
+// arping and the probe node's agent see exactly the guest's MAC, the
+// guest's IPVS conditions are False with their own reasons (the
+// prerequisites apply), and, with the readiness report, ipvs-leftovers is
+// skipped as IPVSInUse.
+func (c *cluster) expectIPVSMode(t *testing.T, when string) {
+	c.waitGuest("kube-proxy reports ipvs", waitLong, `[ "$(wget -qO- http://127.0.0.1:10249/proxyMode)" = ipvs ]`)
+	c.waitGuest("the ClusterIP answers in the guest", waitLong, `timeout 2 wget -qO- http://`+clusterIP+`/ | grep -q '^backend guest'`)
+	c.waitFor("the LoadBalancer IP answers from the probe node", waitLong, func() (bool, string) { return c.get(c.lbIP.String()) })
+	c.waitFor("the guest's IPVS conditions are False with their own reasons", waitLong, c.ipvsConditionsApply)
+	for _, typ := range ipvsConditions {
+		cd := c.condition(guestName, typ)
+		t.Logf("%s: guest %s=%s (%s): %s", when, typ, cd.Status, cd.Reason, cd.Message)
+	}
+	c.waitFor("the probe node's agent sees exactly one responder", waitLong, func() (bool, string) {
+		r, n := c.probeARP()
+		return r == "ok" && n == 1, fmt.Sprintf("result %q, %v responders", r, n)
+	})
+	if a := c.arping(4, 6*time.Second); !slices.Equal(a.MACs, []string{c.guest.tap.MAC}) {
+		t.Errorf("%s: arping %s from the probe node saw %v, want exactly the guest's %s:\n%s", when, c.lbIP, a.MACs, c.guest.tap.MAC, a.Output)
+	}
+	if cd := c.condition(probeName, string(nodestatus.LoadBalancerARPFailing)); cd.Status != corev1.ConditionFalse {
+		t.Errorf("%s: probe node LoadBalancerARPFailing=%s (%s): %s", when, cd.Status, cd.Reason, cd.Message)
+	}
+	if c.hasTargetMode() {
+		rep := c.diagnose(t, "")
+		r := rep.check(checkLeftovers)
+		if r == nil {
+			r = c.diagnose(t, "nftables").check(checkLeftovers)
+		}
+		if r == nil || r.Status != check.StatusSkipped || r.Reason != reasonIPVSInUse {
+			t.Errorf("%s: diagnose's %s check = %+v, want skipped with reason %s", when, checkLeftovers, r, reasonIPVSInUse)
+		}
+	}
+}
+
+// ipvsConditionsApply reports whether every IPVS condition of the guest is
+// False with a reason other than IPVSNotInUse.
+func (c *cluster) ipvsConditionsApply() (bool, string) {
+	var seen []string
+	ok := true
+	for _, typ := range ipvsConditions {
+		cd := c.condition(guestName, typ)
+		seen = append(seen, fmt.Sprintf("%s=%s (%s)", typ, cd.Status, cd.Reason))
+		if cd.Status != corev1.ConditionFalse || cd.Reason == "" || cd.Reason == check.ReasonIPVSNotInUse {
+			ok = false
+		}
+	}
+	return ok, strings.Join(seen, ", ")
+}
+
+// ipvsConditionsOff reports whether every IPVS condition of the guest is
+// False with reason IPVSNotInUse.
+func (c *cluster) ipvsConditionsOff() (bool, string) {
+	var seen []string
+	ok := true
+	for _, typ := range ipvsConditions {
+		cd := c.condition(guestName, typ)
+		seen = append(seen, fmt.Sprintf("%s=%s (%s)", typ, cd.Status, cd.Reason))
+		if cd.Status != corev1.ConditionFalse || cd.Reason != check.ReasonIPVSNotInUse {
+			ok = false
+		}
+	}
+	return ok, strings.Join(seen, ", ")
+}
+
+// report is diagnose's JSON report, findings kept as objects.
+type report struct {
+	Healthy bool `json:"healthy"`
+	Checks  []struct {
+		Name     string           `json:"name"`
+		Status   check.Status     `json:"status"`
+		Reason   string           `json:"reason"`
+		Message  string           `json:"message"`
+		Findings []map[string]any `json:"findings"`
+	} `json:"checks"`
+	raw string
+}
+
+type checkResult struct {
+	Status   check.Status
+	Reason   string
+	Message  string
+	Findings []map[string]any
+}
+
+// check returns the named check's result (nil when the report has none).
+func (r report) check(name string) *checkResult {
+	for _, c := range r.Checks {
+		if c.Name == name {
+			return &checkResult{c.Status, c.Reason, c.Message, c.Findings}
+		}
+	}
+	return nil
+}
+
+// diagnose runs `ipvs-guard diagnose --output json` in the guest, with
+// --target-mode when target is set.
+func (c *cluster) diagnose(t *testing.T, target string) report {
+	t.Helper()
+	args := "--output json"
+	if target != "" {
+		args += " --target-mode " + target
+	}
+	start := time.Now()
+	out, code := c.guestTry(`ipvs-guard diagnose ` + args + ` 2>/dev/null`)
+	var rep report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("ipvs-guard diagnose %s: exit %d, not a JSON report (%v):\n%s", args, code, err, out)
+	}
+	rep.raw = out
+	t.Logf("ipvs-guard diagnose %s: exit %d after %.1fs (guest under TCG)", args, code, time.Since(start).Seconds())
+	return rep
+}
+
+// expectReadiness takes the readiness report in IPVS mode: the
+// nftables-readiness check is there, its findings carry a kind and a
+// severity, and one names the foreign virtual server.
+func (c *cluster) expectReadiness(t *testing.T) {
+	rep := c.diagnose(t, "nftables")
+	r := rep.check(checkReadiness)
+	if r == nil {
+		t.Fatalf("diagnose --target-mode nftables has no %s check:\n%s", checkReadiness, rep.raw)
+	}
+	t.Logf("%s: %s (%s): %s", checkReadiness, r.Status, r.Reason, r.Message)
+	named := false
+	for _, f := range r.Findings {
+		kind, _ := f["kind"].(string)
+		sev, _ := f["severity"].(string)
+		if kind == "" || sev == "" {
+			t.Errorf("%s finding without kind or severity: %v", checkReadiness, f)
+		}
+		b, _ := json.Marshal(f)
+		t.Logf("  finding %s/%s: %s", kind, sev, b)
+		if strings.Contains(string(b), "TCP "+foreignVS+":80") {
+			named = true
+		}
+	}
+	if !named {
+		t.Errorf("no %s finding names the foreign virtual server TCP %s:80:\n%s", checkReadiness, foreignVS, rep.raw)
+	}
+}
+
+// expectLeftovers compares diagnose's ipvs-leftovers findings in nftables
+// mode with what the guest holds: exactly the kinds present.
+func (c *cluster) expectLeftovers(t *testing.T, rep report) {
+	r := rep.check(checkLeftovers)
+	if r == nil {
+		r = c.diagnose(t, "nftables").check(checkLeftovers)
+	}
+	if r == nil {
+		t.Fatalf("no %s check in diagnose's report:\n%s", checkLeftovers, rep.raw)
+	}
+	out := c.guestRun(`ip link show kube-ipvs0 >/dev/null 2>&1 && echo kube-ipvs0
+[ -n "$(ipvsadm -Sn)" ] && echo virtual-server
+ipset list -n 2>/dev/null | grep -q '^KUBE-' && echo ipset
+s=$(cat /proc/sys/net/ipv4/conf/all/arp_ignore /proc/sys/net/ipv4/conf/all/arp_announce /proc/sys/net/ipv4/vs/conntrack /proc/sys/net/ipv4/vs/expire_nodest_conn /proc/sys/net/ipv4/vs/expire_quiescent_template 2>/dev/null | tr -d '\n')
+[ "$s" != 00000 ] && echo sysctl
+[ -e /etc/modules-load.d/ipvs.conf ] && echo modules-load-file
+true`)
+	want := strings.Fields(out)
+	var got []string
+	for _, f := range r.Findings {
+		kind, _ := f["kind"].(string)
+		if !slices.Contains(leftoverKinds, kind) {
+			t.Errorf("%s finding of unknown kind %q: %v", checkLeftovers, kind, f)
+		}
+		if !slices.Contains(got, kind) {
+			got = append(got, kind)
+		}
+		b, _ := json.Marshal(f)
+		t.Logf("  leftover %s", b)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if r.Reason != reasonIPVSLeftovers && len(want) > 0 {
+		t.Errorf("%s: %s (%s), want reason %s", checkLeftovers, r.Status, r.Reason, reasonIPVSLeftovers)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("%s reports kinds %v, the guest holds %v", checkLeftovers, got, want)
+	}
+}
+
+// sample is one observation during the switch.
+type sample struct {
+	at time.Time
+	// probeResult and responders are the probe agent's view of the LB IP.
+	probeResult string
+	responders  float64
+	// alarms are the guest's IPVS conditions that were not False.
+	alarms []string
+}
+
+// switchRun is what the switch produced.
+type switchRun struct {
+	// at is kube-proxy's start in nftables mode on the host's clock.
+	at      time.Time
+	samples []sample
+	arping  l2segment.ArpingResult
+	lbFails int
+}
+
+// switchToNftables restarts kube-proxy with --proxy-mode=nftables while
+// the guest polls the ClusterIP, the probe node polls the LoadBalancer IP
+// and arpings it, and the test samples the probe agent's ARP view and the
+// guest's conditions; it measures switch → conditions, → VIP, → LB IP.
+func (c *cluster) switchToNftables(t *testing.T) switchRun {
+	var sw switchRun
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	type lbGet struct {
+		at time.Time
+		ok bool
+	}
+	var lb []lbGet
+
+	c.guestRun(`vip_poll_start ` + clusterIP)
+	wg.Add(3)
+	go func() { // the probe agent's ARP view and the guest's conditions
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			s := sample{at: time.Now()}
+			s.probeResult, s.responders = c.probeARP()
+			for _, typ := range ipvsConditions {
+				if cd := c.condition(guestName, typ); cd.Status != corev1.ConditionFalse {
+					s.alarms = append(s.alarms, fmt.Sprintf("%s=%s (%s): %s", typ, cd.Status, cd.Reason, cd.Message))
+				}
+			}
+			mu.Lock()
+			sw.samples = append(sw.samples, s)
+			mu.Unlock()
+		}
+	}()
+	go func() { // a GET of the LoadBalancer IP from the segment every 250 ms
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+			ok, _ := c.get(c.lbIP.String())
+			mu.Lock()
+			lb = append(lb, lbGet{time.Now(), ok})
+			mu.Unlock()
+		}
+	}()
+	go func() { // iputils arping across the switch
+		defer wg.Done()
+		r, err := c.probe.Arping(c.ctx, c.lbIP, 25, 25*time.Second)
+		if err != nil {
+			r.Output += "\n" + err.Error()
+		}
+		mu.Lock()
+		sw.arping = r
+		mu.Unlock()
+	}()
+	stopAll := func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		wg.Wait()
+		c.guestTry(`vip_poll_stop >/dev/null`)
+	}
+	defer stopAll()
+
+	time.Sleep(2 * time.Second) // a few samples in IPVS mode first
+	up0, host0 := c.guestUptime()
+	out := c.guestRun(`mg_kp_start nftables --v=1`)
+	var kpStart float64
+	if _, err := fmt.Sscanf(strings.TrimSpace(out[strings.Index(out, "kube-proxy-start"):]), "kube-proxy-start %f", &kpStart); err != nil {
+		t.Fatalf("kube-proxy's start time: %v: %q", err, out)
+	}
+	guestToHost := func(g float64) time.Time { return host0.Add(time.Duration((g - up0) * float64(time.Second))) }
+	sw.at = guestToHost(kpStart)
+	t.Logf("kube-proxy restarted with --proxy-mode=nftables at guest time %.2fs", kpStart)
+
+	dCond := c.waitFor("the guest's IPVS conditions say IPVSNotInUse", waitLong, c.ipvsConditionsOff)
+	condAt := time.Now()
+
+	// The ClusterIP, polled in the guest: the first GET answered while
+	// only kube-proxy's nftables table holds it (its IPVS cleanup done).
+	var nftFirst, vipOK float64
+	var vipFails int
+	var lastIPVSok float64
+	c.waitFor("the ClusterIP answers through nftables (guest poll)", waitLong, func() (bool, string) {
+		log, _ := c.guestTry(`cat /run/e2e/vip-poll.log`)
+		nftFirst, vipOK, vipFails, lastIPVSok = 0, 0, 0, 0
+		var tail string
+		for _, line := range strings.Split(log, "\n") {
+			f := strings.Fields(line)
+			if len(f) != 3 {
+				continue
+			}
+			tail = line
+			at, err := strconv.ParseFloat(f[0], 64)
+			if err != nil || at < kpStart {
+				continue
+			}
+			if f[2] == "fail" && vipOK == 0 {
+				vipFails++
+			}
+			if f[1] == "ipvs" && f[2] == "ok" {
+				lastIPVSok = at
+			}
+			if f[1] == "nft" && nftFirst == 0 {
+				nftFirst = at
+			}
+			if f[1] == "nft" && f[2] == "ok" && vipOK == 0 {
+				vipOK = at
+			}
+		}
+		return vipOK > 0, "last poll: " + tail
+	})
+	nftAt := guestToHost(nftFirst)
+	// The LoadBalancer IP from the segment: the first GET answered after
+	// the guest's IPVS state was gone.
+	var lbOK time.Time
+	c.waitFor("the LoadBalancer IP answers from the segment through nftables", waitLong, func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, g := range lb {
+			if g.ok && !g.at.Before(nftAt) {
+				lbOK = g.at
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d GETs", len(lb))
+	})
+	// Keep watching a little after the last milestone.
+	time.Sleep(5 * time.Second)
+	stopAll()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, g := range lb {
+		if !g.ok && g.at.After(sw.at) && g.at.Before(lbOK) {
+			sw.lbFails++
+		}
+	}
+	c.figure("switch (kube-proxy --proxy-mode=nftables started) → conditions IPVSNotInUse", "%.1fs (waited %.1fs from the restart request)", condAt.Sub(sw.at).Seconds(), dCond.Seconds())
+	if lastIPVSok > 0 {
+		c.figure("switch → last ClusterIP GET answered by IPVS", "%.1fs", lastIPVSok-kpStart)
+	}
+	c.figure("switch → kube-proxy's IPVS state gone, its nftables table there", "%.1fs", nftFirst-kpStart)
+	c.figure("switch → ClusterIP answering through nftables (GET in the guest)", "%.1fs (%d failed GETs before)", vipOK-kpStart, vipFails)
+	c.figure("switch → LoadBalancer IP answering through nftables (GET from the segment)", "%.1fs (%d failed GETs before)", lbOK.Sub(sw.at).Seconds(), sw.lbFails)
+	return sw
+}
+
+// expectNoAlarm checks what was seen during and after the switch: the
+// guest's IPVS conditions never left False and are now IPVSNotInUse with no
+// new Warning Event; the probe agent saw exactly one responder (the guest)
+// at every sample and arping only the guest's MAC; the strict-ARP check
+// does not apply.
+func (c *cluster) expectNoAlarm(t *testing.T, sw switchRun, warn map[string]int, probeWarn int) {
+	results := map[string]int{}
+	for _, s := range sw.samples {
+		for _, a := range s.alarms {
+			t.Errorf("guest IPVS condition not False at %+.1fs from the switch: %s", s.at.Sub(sw.at).Seconds(), a)
+		}
+		k := fmt.Sprintf("%s/%v", s.probeResult, s.responders)
+		results[k]++
+		if s.probeResult != "ok" || s.responders != 1 {
+			t.Errorf("probe agent at %+.1fs from the switch: result %q with %v responders, want ok with exactly 1", s.at.Sub(sw.at).Seconds(), s.probeResult, s.responders)
+		}
+	}
+	c.figure("probe agent samples across the switch (result/responders: count)", "%v", results)
+	t.Logf("arping %s across the switch: %d replies from %v (exit %d)", c.lbIP, len(sw.arping.RTTs), sw.arping.MACs, sw.arping.Exit)
+	if !slices.Equal(sw.arping.MACs, []string{c.guest.tap.MAC}) {
+		t.Errorf("arping across the switch saw %v, want exactly the guest's %s:\n%s", sw.arping.MACs, c.guest.tap.MAC, sw.arping.Output)
+	}
+	c.figure("arping across the switch: replies / requests, responders", "%d/25, %v", len(sw.arping.RTTs), sw.arping.MACs)
+	if ok, why := c.ipvsConditionsOff(); !ok {
+		t.Errorf("guest conditions after the switch: %s", why)
+	}
+	cd := c.condition(guestName, string(nodestatus.StrictARPDisabled))
+	t.Logf("strict-ARP after the switch: StrictARPDisabled=%s (%s): %s", cd.Status, cd.Reason, cd.Message)
+	for _, a := range ipvsConditions {
+		if n := c.warnings(guestName, a) - warn[a]; n != 0 {
+			t.Errorf("guest: %d new Warning Events for %s across the switch", n, a)
+		}
+	}
+	if n := c.warnings(probeName, string(nodestatus.LoadBalancerARPFailing)) - probeWarn; n != 0 {
+		t.Errorf("probe node: %d new Warning Events for LoadBalancerARPFailing across the switch", n)
+	}
+	if a := c.arping(4, 6*time.Second); !slices.Equal(a.MACs, []string{c.guest.tap.MAC}) {
+		t.Errorf("after the switch: arping saw %v, want exactly the guest's %s:\n%s", a.MACs, c.guest.tap.MAC, a.Output)
+	}
+	if ok, why := c.get(c.lbIP.String()); !ok {
+		t.Errorf("after the switch: the LoadBalancer IP does not answer: %s", why)
+	}
+}
