@@ -144,7 +144,7 @@ func (c *cluster) expectIPVSMode(t *testing.T, when string) {
 	}
 	c.waitFor("the probe node's agent sees exactly one responder", waitLong, func() (bool, string) {
 		r, n := c.probeARP()
-		return r == "ok" && n == 1, fmt.Sprintf("result %q, %v responders", r, n)
+		return r == "answered" && n == 1, fmt.Sprintf("result %q, %v responders", r, n)
 	})
 	if a := c.arping(4, 6*time.Second); !slices.Equal(a.MACs, []string{c.guest.tap.MAC}) {
 		t.Errorf("%s: arping %s from the probe node saw %v, want exactly the guest's %s:\n%s", when, c.lbIP, a.MACs, c.guest.tap.MAC, a.Output)
@@ -465,6 +465,10 @@ func (c *cluster) switchToNftables(t *testing.T) switchRun {
 		}
 		return false, fmt.Sprintf("%d GETs", len(lb))
 	})
+	// What kube-proxy did meanwhile, in its own words (--v=1): its IPVS
+	// cleanup, the nftables proxier's start, its first sync.
+	kp, _ := c.guestTry(`sed -n '/^=== kube-proxy .*--proxy-mode=nftables/,$p' /run/e2e/kube-proxy.log | grep -v -e 'Waiting for caches' -e 'Starting .* config controller' | head -n 40`)
+	t.Logf("kube-proxy's log from its start in nftables mode:\n%s", kp)
 	// Keep watching a little after the last milestone.
 	time.Sleep(5 * time.Second)
 	stopAll()
@@ -498,8 +502,8 @@ func (c *cluster) expectNoAlarm(t *testing.T, sw switchRun, warn map[string]int,
 		}
 		k := fmt.Sprintf("%s/%v", s.probeResult, s.responders)
 		results[k]++
-		if s.probeResult != "ok" || s.responders != 1 {
-			t.Errorf("probe agent at %+.1fs from the switch: result %q with %v responders, want ok with exactly 1", s.at.Sub(sw.at).Seconds(), s.probeResult, s.responders)
+		if s.probeResult != "answered" || s.responders != 1 {
+			t.Errorf("probe agent at %+.1fs from the switch: result %q with %v responders, want answered by exactly 1", s.at.Sub(sw.at).Seconds(), s.probeResult, s.responders)
 		}
 	}
 	c.figure("probe agent samples across the switch (result/responders: count)", "%v", results)
