@@ -125,7 +125,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	mode, err := c.cfg.Client.ProxyMode(ctx)
 	if errors.Is(err, ErrUnreachable) {
 		return check.Skipped(c.Name(), ReasonUnreachable, fmt.Sprintf(
-			"kube-proxy's metrics port %s refuses connections (kube-proxy is not running on this node, or serves elsewhere: set --kube-proxy-metrics-address)", c.cfg.Client.Address())), nil
+			"kube-proxy's metrics port %s refuses connections (kube-proxy is not running on this node, is restarting, or serves elsewhere: set --kube-proxy-metrics-address)", c.cfg.Client.Address())), nil
 	}
 	if err != nil {
 		return check.Result{}, fmt.Errorf("reading kube-proxy's mode: %w", err)

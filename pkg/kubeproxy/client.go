@@ -24,7 +24,9 @@ const DefaultMetricsAddress = "127.0.0.1:10249"
 const DefaultTimeout = 2 * time.Second
 
 // ErrUnreachable wraps errors of a metrics port that refuses connections
-// (kube-proxy not running, or serving elsewhere): there is nothing to look at.
+// (kube-proxy not running, or serving elsewhere) or resets the one a request
+// is on (kube-proxy going away: a restart, a mode switch): there is nothing
+// to look at.
 var ErrUnreachable = errors.New("kube-proxy metrics port refuses connections")
 
 // Limits of kube-proxy's answers, far above real ones (/proxyMode is one
@@ -122,7 +124,7 @@ func (c *Client) get(ctx context.Context, path string, maxBody int64) ([]byte, e
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		if errors.Is(err, syscall.ECONNREFUSED) {
+		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {
 			return nil, fmt.Errorf("GET %s: %w: %w", url, ErrUnreachable, err)
 		}
 		c.noteTimeout(ctx, err)

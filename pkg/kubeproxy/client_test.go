@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -103,6 +104,34 @@ func TestClientUnreachable(t *testing.T) {
 	}
 	if s, from := ResolveScheduler(ctx, "", ConfigzScheduler(c)); s != "rr" || from != FromDefault {
 		t.Errorf("ResolveScheduler = %q from %q, want rr from default", s, from)
+	}
+}
+
+// TestClientReset: a kube-proxy going away (SIGTERM on a restart or a mode
+// switch) resets the connection of a request in flight; that is the same
+// "nothing to look at" as a refused connection, not a failed check (the
+// migration tier saw KubeProxyIPVSDegraded flip to Unknown on a restart).
+func TestClientReset(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			// Read the request, then close with an RST (linger 0).
+			_, _ = conn.Read(make([]byte, 4096))
+			_ = conn.(*net.TCPConn).SetLinger(0)
+			conn.Close()
+		}
+	}()
+	c := NewClient(l.Addr().String(), time.Second)
+	if _, err := c.ProxyMode(context.Background()); !errors.Is(err, ErrUnreachable) || !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("ProxyMode err = %v, want ErrUnreachable wrapping ECONNRESET", err)
 	}
 }
 
