@@ -220,8 +220,11 @@ func (c *cluster) bootGuest(speaker string) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	g := &guestNode{tap: tap, dir: filepath.Join(c.dir, "guest"), booted: make(chan struct{}),
+	cache := cmp.Or(os.Getenv("IPVS_GUARD_CACHE"), filepath.Join(c.root, ".cache"))
+	// The last run's console and guest logs stay here (LogDir).
+	g := &guestNode{tap: tap, dir: LogDir(cache), booted: make(chan struct{}),
 		ctl: guestvm.NewControl("http://" + tap.IP.String() + ":8000")}
+	_ = os.RemoveAll(g.dir)
 	if err := os.MkdirAll(g.dir, 0o755); err != nil {
 		c.t.Fatal(err)
 	}
@@ -229,7 +232,6 @@ func (c *cluster) bootGuest(speaker string) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	cache := cmp.Or(os.Getenv("IPVS_GUARD_CACHE"), filepath.Join(c.root, ".cache"))
 	img, err := guestvm.Prepare(c.ctx, guestvm.PrepareOptions{RepoRoot: c.root, CacheDir: cache, Manifests: ms, Log: io.Discard})
 	if err != nil {
 		c.t.Fatalf("preparing the guest (hack/migrate/test.sh prepares it first): %v", err)
@@ -280,10 +282,22 @@ func (c *cluster) bootGuest(speaker string) {
 	c.guest = g
 }
 
-// stop tells the guest the run is over (it stops what it started and
-// powers off), then ends QEMU if it is still there after 60 s.
+// LogDir is where a run keeps the guest's console and the logs of its
+// kube-proxy, agent and speaker, under the cache directory.
+func LogDir(cache string) string { return filepath.Join(cache, "guest", "runs", "migrate-last") }
+
+// stop copies the guest's logs into its directory, tells the guest the run
+// is over (it stops what it started and powers off), then ends QEMU if it
+// is still there after 60 s.
 func (g *guestNode) stop() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	for _, name := range []string{"kube-proxy", "agent", "speaker", "vip-poll"} {
+		if out, code, err := g.ctl.Exec(ctx, "cat /run/e2e/"+name+".log"); err == nil && code == 0 {
+			_ = os.WriteFile(filepath.Join(g.dir, name+".log"), []byte(out), 0o644)
+		}
+	}
+	cancel()
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 	_, _, _ = g.ctl.Exec(ctx, `bg_running speaker && bg_stop speaker 5; bg_running backend && bg_stop backend 2; echo 0 >/run/e2e/done`)
 	cancel()
 	select {

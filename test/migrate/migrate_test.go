@@ -467,7 +467,7 @@ func (c *cluster) switchToNftables(t *testing.T) switchRun {
 	})
 	// What kube-proxy did meanwhile, in its own words (--v=1): its IPVS
 	// cleanup, the nftables proxier's start, its first sync.
-	kp, _ := c.guestTry(`sed -n '/^=== kube-proxy .*--proxy-mode=nftables/,$p' /run/e2e/kube-proxy.log | grep -v -e 'Waiting for caches' -e 'Starting .* config controller' | head -n 40`)
+	kp, _ := c.guestTry(`sed -n '/^=== kube-proxy .*--proxy-mode=nftables/,$p' /run/e2e/kube-proxy.log | grep -v -e 'FLAG:' -e 'Waiting for caches' -e 'Starting .* config controller' | head -n 40`)
 	t.Logf("kube-proxy's log from its start in nftables mode:\n%s", kp)
 	// Keep watching a little after the last milestone.
 	time.Sleep(5 * time.Second)
