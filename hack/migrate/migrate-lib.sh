@@ -62,16 +62,18 @@ proxy_state() {
 	esac
 }
 
-# vip_poll VIP: every 250 ms, one line "<guest time> <proxy_state> ok|fail"
-# for a GET of http://VIP/ answered by the backend, until
-# $E2E_RUN/vip-poll.stop exists.
+# vip_poll VIP: every 250 ms, one line "<guest time> <proxy_state> ok|fail
+# <mode>" for a GET of http://VIP/ answered by the backend and kube-proxy's
+# /proxyMode (none when it does not answer), until $E2E_RUN/vip-poll.stop
+# exists.
 vip_poll() {
 	while [ ! -e "$E2E_RUN/vip-poll.stop" ]; do
 		t=$(uptime_s)
 		st=$(proxy_state "$1")
 		r=fail
 		timeout 2 wget -qO- "http://$1/" 2>/dev/null | grep -q '^backend guest' && r=ok
-		echo "$t $st $r"
+		m=$(timeout 2 wget -qO- http://127.0.0.1:10249/proxyMode 2>/dev/null)
+		echo "$t $st $r ${m:-none}"
 		usleep 250000
 	done
 }

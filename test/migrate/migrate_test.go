@@ -19,6 +19,7 @@ import (
 
 	"github.com/ipvs-guard/ipvs-guard/internal/l2segment"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 )
 
@@ -101,6 +102,12 @@ func TestMigrate(t *testing.T) {
 	if mode := strings.TrimSpace(c.guestRun(`wget -qO- http://127.0.0.1:10249/proxyMode`)); mode != "nftables" {
 		t.Errorf("kube-proxy's /proxyMode = %q, want nftables", mode)
 	}
+	left := c.guestRun(`echo "sysctls (arp_ignore arp_announce vs/conntrack vs/expire_nodest_conn vs/expire_quiescent_template):" $(cat /proc/sys/net/ipv4/conf/all/arp_ignore /proc/sys/net/ipv4/conf/all/arp_announce /proc/sys/net/ipv4/vs/conntrack /proc/sys/net/ipv4/vs/expire_nodest_conn /proc/sys/net/ipv4/vs/expire_quiescent_template)
+echo "KUBE-* ipsets: $(ipset list -n 2>/dev/null | grep -c '^KUBE-')"
+echo "iptables KUBE-* chains: $(iptables-save 2>/dev/null | grep -c '^:KUBE-') ($(iptables-save 2>/dev/null | sed -n 's/^:\(KUBE-[^ ]*\).*/\1/p' | tr '\n' ' '))"
+echo "kube-ipvs0: $(ip link show kube-ipvs0 >/dev/null 2>&1 && echo present || echo gone)"
+echo "virtual servers: $(ipvsadm -Sn | grep -c '^-A')"`)
+	t.Logf("what IPVS mode left behind after the switch (kinds %v):\n%s", c.observedLeftovers(), left)
 	rep := c.diagnose(t, "")
 	if r := rep.check(check.NameModules); r == nil || r.Reason != check.ReasonIPVSNotInUse {
 		t.Errorf("diagnose in nftables mode: modules check %+v, want reason %s", r, check.ReasonIPVSNotInUse)
@@ -194,6 +201,31 @@ func (c *cluster) ipvsConditionsOff() (bool, string) {
 	return ok, strings.Join(seen, ", ")
 }
 
+// metricsOff reports whether the guest agent's /metrics gives every IPVS
+// condition the reason IPVSNotInUse (ipvs_guard_node_condition_reason).
+func (c *cluster) metricsOff() bool {
+	mfs, err := c.scrape(c.guest.tap.IP)
+	if err != nil {
+		return false
+	}
+	off := map[string]bool{}
+	for _, m := range mfs["ipvs_guard_node_condition_reason"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["reason"] == check.ReasonIPVSNotInUse && m.GetGauge().GetValue() == 1 {
+			off[labels["condition"]] = true
+		}
+	}
+	for _, typ := range ipvsConditions {
+		if !off[typ] {
+			return false
+		}
+	}
+	return true
+}
+
 // report is diagnose's JSON report, findings kept as objects.
 type report struct {
 	Healthy bool `json:"healthy"`
@@ -281,14 +313,7 @@ func (c *cluster) expectLeftovers(t *testing.T, rep report) {
 	if r == nil {
 		t.Fatalf("no %s check in diagnose's report:\n%s", checkLeftovers, rep.raw)
 	}
-	out := c.guestRun(`ip link show kube-ipvs0 >/dev/null 2>&1 && echo kube-ipvs0
-[ -n "$(ipvsadm -Sn)" ] && echo virtual-server
-ipset list -n 2>/dev/null | grep -q '^KUBE-' && echo ipset
-s=$(cat /proc/sys/net/ipv4/conf/all/arp_ignore /proc/sys/net/ipv4/conf/all/arp_announce /proc/sys/net/ipv4/vs/conntrack /proc/sys/net/ipv4/vs/expire_nodest_conn /proc/sys/net/ipv4/vs/expire_quiescent_template 2>/dev/null | tr -d '\n')
-[ "$s" != 00000 ] && echo sysctl
-[ -e /etc/modules-load.d/ipvs.conf ] && echo modules-load-file
-true`)
-	want := strings.Fields(out)
+	want := c.observedLeftovers()
 	var got []string
 	for _, f := range r.Findings {
 		kind, _ := f["kind"].(string)
@@ -309,6 +334,20 @@ true`)
 	if !slices.Equal(got, want) {
 		t.Errorf("%s reports kinds %v, the guest holds %v", checkLeftovers, got, want)
 	}
+}
+
+// observedLeftovers returns what IPVS mode left on the guest, as the kinds
+// of the ipvs-leftovers check: kube-ipvs0, virtual servers, KUBE-* ipsets,
+// strict ARP's or IPVS's sysctls off their defaults, the modules-load.d file.
+func (c *cluster) observedLeftovers() []string {
+	out := c.guestRun(`ip link show kube-ipvs0 >/dev/null 2>&1 && echo kube-ipvs0
+[ -n "$(ipvsadm -Sn)" ] && echo virtual-server
+ipset list -n 2>/dev/null | grep -q '^KUBE-' && echo ipset
+s=$(cat /proc/sys/net/ipv4/conf/all/arp_ignore /proc/sys/net/ipv4/conf/all/arp_announce /proc/sys/net/ipv4/vs/conntrack /proc/sys/net/ipv4/vs/expire_nodest_conn /proc/sys/net/ipv4/vs/expire_quiescent_template 2>/dev/null | tr -d '\n')
+[ "$s" != 00000 ] && echo sysctl
+[ -e /etc/modules-load.d/ipvs.conf ] && echo modules-load-file
+true`)
+	return strings.Fields(out)
 }
 
 // sample is one observation during the switch.
@@ -413,21 +452,34 @@ func (c *cluster) switchToNftables(t *testing.T) switchRun {
 	sw.at = guestToHost(kpStart)
 	t.Logf("kube-proxy restarted with --proxy-mode=nftables at guest time %.2fs", kpStart)
 
-	dCond := c.waitFor("the guest's IPVS conditions say IPVSNotInUse", waitLong, c.ipvsConditionsOff)
-	condAt := time.Now()
+	// The Node's conditions and the agent's /metrics (the reason of each
+	// condition), polled together.
+	var condAt, metAt time.Time
+	dCond := c.waitFor("the guest's IPVS conditions and their reasons in /metrics say IPVSNotInUse", waitLong, func() (bool, string) {
+		if condAt.IsZero() {
+			if ok, _ := c.ipvsConditionsOff(); ok {
+				condAt = time.Now()
+			}
+		}
+		if metAt.IsZero() && c.metricsOff() {
+			metAt = time.Now()
+		}
+		_, why := c.ipvsConditionsOff()
+		return !condAt.IsZero() && !metAt.IsZero(), fmt.Sprintf("%s; /metrics reasons IPVSNotInUse: %v", why, !metAt.IsZero())
+	})
 
 	// The ClusterIP, polled in the guest: the first GET answered while
 	// only kube-proxy's nftables table holds it (its IPVS cleanup done).
-	var nftFirst, vipOK float64
+	var nftFirst, vipOK, modeAt float64
 	var vipFails int
 	var lastIPVSok float64
 	c.waitFor("the ClusterIP answers through nftables (guest poll)", waitLong, func() (bool, string) {
 		log, _ := c.guestTry(`cat /run/e2e/vip-poll.log`)
-		nftFirst, vipOK, vipFails, lastIPVSok = 0, 0, 0, 0
+		nftFirst, vipOK, vipFails, lastIPVSok, modeAt = 0, 0, 0, 0, 0
 		var tail string
 		for _, line := range strings.Split(log, "\n") {
 			f := strings.Fields(line)
-			if len(f) != 3 {
+			if len(f) != 4 {
 				continue
 			}
 			tail = line
@@ -440,6 +492,9 @@ func (c *cluster) switchToNftables(t *testing.T) switchRun {
 			}
 			if f[1] == "ipvs" && f[2] == "ok" {
 				lastIPVSok = at
+			}
+			if f[3] == "nftables" && modeAt == 0 {
+				modeAt = at
 			}
 			if f[1] == "nft" && nftFirst == 0 {
 				nftFirst = at
@@ -479,7 +534,13 @@ func (c *cluster) switchToNftables(t *testing.T) switchRun {
 			sw.lbFails++
 		}
 	}
-	c.figure("switch (kube-proxy --proxy-mode=nftables started) → conditions IPVSNotInUse", "%.1fs (waited %.1fs from the restart request)", condAt.Sub(sw.at).Seconds(), dCond.Seconds())
+	c.figure("switch (kube-proxy --proxy-mode=nftables started) → Node conditions IPVSNotInUse", "%.1fs (waited %.1fs from the restart request)", condAt.Sub(sw.at).Seconds(), dCond.Seconds())
+	c.figure("switch → agent /metrics condition reasons IPVSNotInUse", "%.1fs", metAt.Sub(sw.at).Seconds())
+	if modeAt > 0 {
+		mode := guestToHost(modeAt)
+		c.figure("switch → kube-proxy serves /proxyMode nftables (guest poll)", "%.1fs", modeAt-kpStart)
+		c.figure("kube-proxy serves /proxyMode nftables → Node conditions IPVSNotInUse", "%.1fs (agent resync %s, kube-proxy answers reused for %s)", condAt.Sub(mode).Seconds(), resync, kubeproxy.DefaultUseTTL)
+	}
 	if lastIPVSok > 0 {
 		c.figure("switch → last ClusterIP GET answered by IPVS", "%.1fs", lastIPVSok-kpStart)
 	}
