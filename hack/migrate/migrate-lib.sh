@@ -62,7 +62,8 @@ proxy_state() {
 	esac
 }
 
-# vip_poll VIP: every 250 ms, one line "<guest time> <proxy_state> ok|fail
+# vip_poll VIP: every 500 ms (more would take the guest's only vCPU from
+# kube-proxy), one line "<guest time> <proxy_state> ok|fail
 # <mode>" for a GET of http://VIP/ answered by the backend and kube-proxy's
 # /proxyMode (none when it does not answer), until $E2E_RUN/vip-poll.stop
 # exists.
@@ -74,7 +75,7 @@ vip_poll() {
 		timeout 2 wget -qO- "http://$1/" 2>/dev/null | grep -q '^backend guest' && r=ok
 		m=$(timeout 2 wget -qO- http://127.0.0.1:10249/proxyMode 2>/dev/null)
 		echo "$t $st $r ${m:-none}"
-		usleep 250000
+		usleep 500000
 	done
 }
 

@@ -543,6 +543,13 @@ func (c *cluster) switchToNftables(t *testing.T) switchRun {
 	}
 	if lastIPVSok > 0 {
 		c.figure("switch → last ClusterIP GET answered by IPVS", "%.1fs", lastIPVSok-kpStart)
+		if modeAt > 0 {
+			// kube-proxy's IPVS cleanup runs before it serves /proxyMode:
+			// meanwhile the agent still assumes IPVS (kube-proxy's last
+			// answer) and the ipvs check's 30 s settle time is all that
+			// keeps the empty table from being an alarm.
+			c.figure("IPVS gone (last GET through IPVS) → /proxyMode nftables (agent's settle time is 30s)", "%.1fs", modeAt-lastIPVSok)
+		}
 	}
 	c.figure("switch → kube-proxy's IPVS state gone, its nftables table there", "%.1fs", nftFirst-kpStart)
 	c.figure("switch → ClusterIP answering through nftables (GET in the guest)", "%.1fs (%d failed GETs before)", vipOK-kpStart, vipFails)
