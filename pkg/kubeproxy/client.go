@@ -24,9 +24,9 @@ const DefaultMetricsAddress = "127.0.0.1:10249"
 const DefaultTimeout = 2 * time.Second
 
 // ErrUnreachable wraps errors of a metrics port that refuses connections
-// (kube-proxy not running, or serving elsewhere) or resets the one a request
-// is on (kube-proxy going away: a restart, a mode switch): there is nothing
-// to look at.
+// (kube-proxy not running, or serving elsewhere) or resets or closes the one
+// a request is on before answering (kube-proxy going away: a restart, a
+// mode switch): there is nothing to look at.
 var ErrUnreachable = errors.New("kube-proxy metrics port refuses connections")
 
 // Limits of kube-proxy's answers, far above real ones (/proxyMode is one
@@ -124,7 +124,7 @@ func (c *Client) get(ctx context.Context, path string, maxBody int64) ([]byte, e
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {
+		if goingAway(err) {
 			return nil, fmt.Errorf("GET %s: %w: %w", url, ErrUnreachable, err)
 		}
 		c.noteTimeout(ctx, err)
@@ -143,6 +143,14 @@ func (c *Client) get(ctx context.Context, path string, maxBody int64) ([]byte, e
 		return nil, fmt.Errorf("GET %s: HTTP %d: %s", url, resp.StatusCode, strings.TrimSpace(string(firstLine(body))))
 	}
 	return body, nil
+}
+
+// goingAway reports whether a request's error says nothing listens at the
+// address or the listener went away before answering: a refused
+// connection, or one reset or closed before the response.
+func goingAway(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // quiet returns the error to fail with while the port is not asked (a

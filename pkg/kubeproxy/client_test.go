@@ -5,6 +5,7 @@ package kubeproxy
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -107,31 +108,45 @@ func TestClientUnreachable(t *testing.T) {
 	}
 }
 
-// TestClientReset: a kube-proxy going away (SIGTERM on a restart or a mode
-// switch) resets the connection of a request in flight; that is the same
-// "nothing to look at" as a refused connection, not a failed check (the
-// migration tier saw KubeProxyIPVSDegraded flip to Unknown on a restart).
-func TestClientReset(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			conn, err := l.Accept()
+// TestClientGoingAway: a kube-proxy going away (SIGTERM on a restart or a
+// mode switch) resets the connection of a request in flight, or closes it
+// before answering; that is the same "nothing to look at" as a refused
+// connection, not a failed check (the migration tier saw
+// KubeProxyIPVSDegraded flip to Unknown on a restart, with each).
+func TestClientGoingAway(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		reset bool
+		want  error
+	}{
+		{"reset", true, syscall.ECONNRESET},
+		{"closed before answering", false, io.EOF},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
-				return
+				t.Fatal(err)
 			}
-			// Read the request, then close with an RST (linger 0).
-			_, _ = conn.Read(make([]byte, 4096))
-			_ = conn.(*net.TCPConn).SetLinger(0)
-			conn.Close()
-		}
-	}()
-	c := NewClient(l.Addr().String(), time.Second)
-	if _, err := c.ProxyMode(context.Background()); !errors.Is(err, ErrUnreachable) || !errors.Is(err, syscall.ECONNRESET) {
-		t.Fatalf("ProxyMode err = %v, want ErrUnreachable wrapping ECONNRESET", err)
+			t.Cleanup(func() { l.Close() })
+			go func() {
+				for {
+					conn, err := l.Accept()
+					if err != nil {
+						return
+					}
+					// Read the request, then close: with an RST (linger 0) or a FIN.
+					_, _ = conn.Read(make([]byte, 4096))
+					if tc.reset {
+						_ = conn.(*net.TCPConn).SetLinger(0)
+					}
+					conn.Close()
+				}
+			}()
+			c := NewClient(l.Addr().String(), time.Second)
+			if _, err := c.ProxyMode(context.Background()); !errors.Is(err, ErrUnreachable) || !errors.Is(err, tc.want) {
+				t.Fatalf("ProxyMode err = %v, want ErrUnreachable wrapping %v", err, tc.want)
+			}
+		})
 	}
 }
 
