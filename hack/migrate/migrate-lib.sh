@@ -53,7 +53,7 @@ proxy_state() {
 	ipvs=0
 	nft=0
 	ipvsadm -Ln -t "$1:80" >/dev/null 2>&1 && ipvs=1
-	nft list table ip kube-proxy >/dev/null 2>&1 && nft=1
+	nft list tables 2>/dev/null | grep -qx 'table ip kube-proxy' && nft=1
 	case $ipvs$nft in
 	10) echo ipvs ;;
 	01) echo nft ;;

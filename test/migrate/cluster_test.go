@@ -82,12 +82,17 @@ type cluster struct {
 	// stepName is the step under way, named when the run fails.
 	stepName string
 	stepAt   time.Time
+	// failedStep is the first step the test was failed in.
+	failedStep string
 }
 
 // step starts a named step of the story.
 func (c *cluster) step(name string) {
 	if c.stepName != "" {
 		c.t.Logf("=== step done in %.1fs: %s", time.Since(c.stepAt).Seconds(), c.stepName)
+	}
+	if c.t.Failed() && c.failedStep == "" {
+		c.failedStep = c.stepName
 	}
 	c.stepName, c.stepAt = name, time.Now()
 	c.t.Logf("=== step: %s", name)
@@ -190,7 +195,7 @@ func newCluster(t testing.TB, ctx context.Context) *cluster {
 		}
 		if t.Failed() {
 			c.dumpLogs()
-			t.Logf("FAILED in step %q", c.stepName)
+			t.Logf("FAILED in step %q", cmp.Or(c.failedStep, c.stepName))
 		}
 	})
 	return c

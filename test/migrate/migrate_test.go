@@ -19,6 +19,7 @@ import (
 
 	"github.com/ipvs-guard/ipvs-guard/internal/l2segment"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 )
@@ -356,8 +357,9 @@ type sample struct {
 	// probeResult and responders are the probe agent's view of the LB IP.
 	probeResult string
 	responders  float64
-	// alarms are the guest's IPVS conditions that were not False.
-	alarms []string
+	// alarms are the guest's IPVS conditions that were not False, and
+	// reasons their "type/reason".
+	alarms, reasons []string
 }
 
 // switchRun is what the switch produced.
@@ -367,6 +369,9 @@ type switchRun struct {
 	samples []sample
 	arping  l2segment.ArpingResult
 	lbFails int
+	// outage is how long the ClusterIP did not answer: from the last GET
+	// answered through IPVS to the first through nftables.
+	outage time.Duration
 }
 
 // switchToNftables restarts kube-proxy with --proxy-mode=nftables while
@@ -399,6 +404,7 @@ func (c *cluster) switchToNftables(t *testing.T) switchRun {
 			for _, typ := range ipvsConditions {
 				if cd := c.condition(guestName, typ); cd.Status != corev1.ConditionFalse {
 					s.alarms = append(s.alarms, fmt.Sprintf("%s=%s (%s): %s", typ, cd.Status, cd.Reason, cd.Message))
+					s.reasons = append(s.reasons, typ+"/"+cd.Reason)
 				}
 			}
 			mu.Lock()
@@ -542,6 +548,7 @@ func (c *cluster) switchToNftables(t *testing.T) switchRun {
 		c.figure("kube-proxy serves /proxyMode nftables → Node conditions IPVSNotInUse", "%.1fs (agent resync %s, kube-proxy answers reused for %s)", condAt.Sub(mode).Seconds(), resync, kubeproxy.DefaultUseTTL)
 	}
 	if lastIPVSok > 0 {
+		sw.outage = time.Duration((vipOK - lastIPVSok) * float64(time.Second))
 		c.figure("switch → last ClusterIP GET answered by IPVS", "%.1fs", lastIPVSok-kpStart)
 		if modeAt > 0 {
 			// kube-proxy's IPVS cleanup runs before it serves /proxyMode:
@@ -563,9 +570,25 @@ func (c *cluster) switchToNftables(t *testing.T) switchRun {
 // at every sample and arping only the guest's MAC; the strict-ARP check
 // does not apply.
 func (c *cluster) expectNoAlarm(t *testing.T, sw switchRun, warn map[string]int, probeWarn int) {
+	// The one alarm that is true during a switch: kube-proxy's IPVS cleanup
+	// flushed the table and the ClusterIP really did not answer for longer
+	// than the ipvs check's settle time, while the agent, kube-proxy
+	// unreachable, still assumed IPVS. Under TCG on a busy host that outage
+	// can pass 30 s; on real hardware it is about a second.
+	realOutage := sw.outage > ipvscheck.DefaultSettle
+	tolerated := map[string]bool{}
+	if realOutage {
+		for _, r := range []string{ipvscheck.ReasonVirtualServerMissing, ipvscheck.ReasonNoRealServers} {
+			tolerated[string(nodestatus.KubeProxyIPVSDegraded)+"/"+r] = true
+		}
+	}
 	results := map[string]int{}
 	for _, s := range sw.samples {
-		for _, a := range s.alarms {
+		for i, a := range s.alarms {
+			if tolerated[s.reasons[i]] {
+				t.Logf("NOTE: at %+.1fs from the switch, a true alarm: the ClusterIP did not answer for %.1fs (> the %s settle time): %s", s.at.Sub(sw.at).Seconds(), sw.outage.Seconds(), ipvscheck.DefaultSettle, a)
+				continue
+			}
 			t.Errorf("guest IPVS condition not False at %+.1fs from the switch: %s", s.at.Sub(sw.at).Seconds(), a)
 		}
 		k := fmt.Sprintf("%s/%v", s.probeResult, s.responders)
@@ -586,7 +609,7 @@ func (c *cluster) expectNoAlarm(t *testing.T, sw switchRun, warn map[string]int,
 	cd := c.condition(guestName, string(nodestatus.StrictARPDisabled))
 	t.Logf("strict-ARP after the switch: StrictARPDisabled=%s (%s): %s", cd.Status, cd.Reason, cd.Message)
 	for _, a := range ipvsConditions {
-		if n := c.warnings(guestName, a) - warn[a]; n != 0 {
+		if n := c.warnings(guestName, a) - warn[a]; n != 0 && (!realOutage || a != string(nodestatus.KubeProxyIPVSDegraded)) {
 			t.Errorf("guest: %d new Warning Events for %s across the switch", n, a)
 		}
 	}
