@@ -257,11 +257,13 @@ func (r report) check(name string) *checkResult {
 	return nil
 }
 
-// diagnose runs `ipvs-guard diagnose --output json` in the guest, with
-// --target-mode when target is set.
+// diagnose runs `ipvs-guard diagnose --output json` in the guest, with the
+// node's kubeconfig as an operator would (the cluster's Services tell
+// kube-proxy's virtual servers from foreign ones), and --target-mode when
+// target is set.
 func (c *cluster) diagnose(t *testing.T, target string) report {
 	t.Helper()
-	args := "--output json"
+	args := "--output json --kubeconfig=/run/e2e/node.kubeconfig --node-name=" + guestName
 	if target != "" {
 		args += " --target-mode " + target
 	}
