@@ -5,12 +5,13 @@
 
 # nft_modules_load loads what kube-proxy's nftables ruleset asks of the
 # kernel: nf_tables and the expressions it uses (ct, numgen, fib, nat,
-# masquerade, reject, counter, limit, objref). A real node's kernel loads
-# them on demand; this guest's modprobe helper is off.
+# masquerade, reject, limit, objref; counter is part of nf_tables since
+# Linux 5.x). All are modules in Debian's kernel. A real node's kernel
+# loads them on demand; this guest's modprobe helper is off.
 nft_modules_load() {
 	for m in nf_tables nft_ct nft_numgen nft_hash nft_fib nft_fib_inet nft_fib_ipv4 nft_fib_ipv6 \
 		nft_nat nft_masq nft_chain_nat nft_reject nft_reject_inet nft_reject_ipv4 nft_reject_ipv6 \
-		nft_counter nft_limit nft_objref nft_compat; do
+		nft_limit nft_objref nft_compat; do
 		grep -q "^$m " /proc/modules && continue
 		/usr/libexec/kmod/modprobe "$m" 2>>"$E2E_RUN/modprobe-errors.log" ||
 			echo "migrate guest: could not load $m (built in, or see $E2E_RUN/modprobe-errors.log)"

@@ -107,7 +107,8 @@ func TestMigrate(t *testing.T) {
 echo "KUBE-* ipsets: $(ipset list -n 2>/dev/null | grep -c '^KUBE-')"
 echo "iptables KUBE-* chains: $(iptables-save 2>/dev/null | grep -c '^:KUBE-') ($(iptables-save 2>/dev/null | sed -n 's/^:\(KUBE-[^ ]*\).*/\1/p' | tr '\n' ' '))"
 echo "kube-ipvs0: $(ip link show kube-ipvs0 >/dev/null 2>&1 && echo present || echo gone)"
-echo "virtual servers: $(ipvsadm -Sn | grep -c '^-A')"`)
+echo "virtual servers: $(ipvsadm -Sn | grep -c '^-A')"
+echo "nf_tables modules (users):" $(awk '$1 ~ /^(nf_tables|nft_)/ {print $1 "(" $3 ")"}' /proc/modules)`)
 	t.Logf("what IPVS mode left behind after the switch (kinds %v):\n%s", c.observedLeftovers(), left)
 	rep := c.diagnose(t, "")
 	if r := rep.check(check.NameModules); r == nil || r.Reason != check.ReasonIPVSNotInUse {
