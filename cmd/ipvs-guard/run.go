@@ -22,6 +22,7 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck/shard"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/checkset"
+	"github.com/ipvs-guard/ipvs-guard/pkg/clusterview"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 	"github.com/ipvs-guard/ipvs-guard/pkg/metrics"
@@ -55,7 +56,7 @@ func newRunCommand() *cobra.Command {
 			if err := opts.validate(); err != nil {
 				return err
 			}
-			if _, err := agent.ParsePeersService(opts.peersService); err != nil {
+			if _, err := clusterview.ParsePeersService(opts.peersService); err != nil {
 				return fmt.Errorf("--peers-service: %w", err)
 			}
 			return runAgent(cmd.Context(), &opts)
@@ -146,11 +147,11 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 	if err != nil {
 		return err
 	}
-	peers, err := agent.ParsePeersService(opts.peersService)
+	peers, err := clusterview.ParsePeersService(opts.peersService)
 	if err != nil {
 		return err
 	}
-	view := agent.NewClusterView(node, cs, dyn, meta)
+	view := clusterview.New(node, cs, dyn, meta)
 	view.UsePeersService(peers)
 	if peers.Name == "" {
 		logger.Info("No --peers-service: this node probes every LoadBalancer IP it does not announce (not sharded)")
@@ -203,7 +204,7 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 		InitialPublishDelay: opts.initialDelay,
 		ModulesLoadDirs:     dirs,
 		WatchUevents:        !opts.noUevents, // hostNetwork: the host's uevents, whatever --root is
-		MACs:                agent.HostMACs,
+		MACs:                nodestatus.HostMACs,
 	})
 	if err != nil {
 		return err

@@ -27,7 +27,7 @@ import (
 
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
 	"github.com/ipvs-guard/ipvs-guard/internal/peerstest"
-	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
+	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 )
 
 // scaleOptions size the scale run.
@@ -316,10 +316,10 @@ func simNode(i int) string { return fmt.Sprintf("sim-%04d", i) }
 func createSimNode(ctx context.Context, cs kubernetes.Interface, i int) error {
 	// Every simulated node publishes MACs as its own agent would (ARP
 	// responders are named from them).
-	macs := agent.EncodeMACs(map[string]string{"eth0": fmt.Sprintf("02:5c:00:%02x:%02x:%02x", i>>16&0xff, i>>8&0xff, i&0xff)})
+	macs := nodestatus.EncodeMACs(map[string]string{"eth0": fmt.Sprintf("02:5c:00:%02x:%02x:%02x", i>>16&0xff, i>>8&0xff, i&0xff)})
 	n, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: simNode(i),
 		Labels:      map[string]string{"kubernetes.io/hostname": simNode(i), "kubernetes.io/os": "linux", "node-role.kubernetes.io/worker": "true"},
-		Annotations: map[string]string{agent.MACsAnnotation: macs}}},
+		Annotations: map[string]string{nodestatus.MACsAnnotation: macs}}},
 		metav1.CreateOptions{})
 	if err != nil {
 		return err
@@ -685,7 +685,7 @@ func macValues(auditLog string, skip int) ([]string, error) {
 			continue
 		}
 		n++
-		v, ok := ev.RequestObject.Metadata.Annotations[agent.MACsAnnotation]
+		v, ok := ev.RequestObject.Metadata.Annotations[nodestatus.MACsAnnotation]
 		if n <= skip || !ok || seen[v] {
 			continue
 		}
