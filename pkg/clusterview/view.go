@@ -188,8 +188,8 @@ func (v *View) SetTimeouts(discovery, stop time.Duration) {
 // Shutdown waits for it. Call it before Start.
 func (v *View) AddInformer(inf cache.SharedIndexInformer) { v.informers.add(inf) }
 
-// AddServiceHandler adds h to the Services informer (every cached Service,
-// all types): the loop wakes the checks that read them.
+// AddServiceHandler adds h to the Services informer (every Service but
+// headless ones, all types): the loop wakes the checks that read them.
 func (v *View) AddServiceHandler(h cache.ResourceEventHandler) {
 	_, _ = v.svcInformer.AddEventHandler(h)
 }
