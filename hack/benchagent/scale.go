@@ -107,28 +107,9 @@ func runScale(o scaleOptions) (err error) {
 	}
 	defer responder.close()
 
-	t0 := time.Now()
-	if err := parallel(o.nodes, func(i int) error { return createSimNode(ctx, admin, i) }); err != nil {
-		return fmt.Errorf("creating nodes: %w", err)
-	}
-	fmt.Printf("created %d Nodes (Ready, 20 images each) in %s\n", o.nodes, time.Since(t0).Round(time.Millisecond))
-	// Every node runs ipvs-guard, as the chart's DaemonSet would: the peers
-	// Service's EndpointSlices list all of them, so the ARP probes are
-	// sharded over every node and each real agent probes its share only.
-	allNodes := make([]string, o.nodes)
-	for i := range allNodes {
-		allNodes[i] = simNode(i)
-	}
-	peers, err := peerstest.Publish(ctx, admin, types.NamespacedName{Namespace: "ipvs-guard", Name: "ipvs-guard-peers"}, allNodes)
-	if err != nil {
+	if o.peersFlag, err = populate(ctx, admin, o); err != nil {
 		return err
 	}
-	o.peersFlag = peers.Flag()
-	t0 = time.Now()
-	if err := parallel(o.services, func(i int) error { return createLBService(ctx, admin, i) }); err != nil {
-		return fmt.Errorf("creating Services: %w", err)
-	}
-	fmt.Printf("created %d LoadBalancer Services with ingress IPs and EndpointSlices in %s\n", o.services, time.Since(t0).Round(time.Millisecond))
 
 	go heartbeats(ctx, admin, o.nodes, o.statusPeriod)
 	ch := &churner{cs: admin, next: o.services}
@@ -163,7 +144,7 @@ func runScale(o scaleOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	t0 = time.Now()
+	t0 := time.Now()
 	if err := waitAllFalse(ctx, admin, o.agents, 5*time.Minute); err != nil {
 		return err
 	}
@@ -193,6 +174,34 @@ func runScale(o scaleOptions) (err error) {
 	}
 	fmt.Printf("churn achieved in the window with agents: %.2f Services/s (each: one created, one deleted, one EndpointSlice scaled)\n", float64(ch.done.Load()-churn0)/time.Since(churnT0).Seconds())
 	return report(o, base, with)
+}
+
+// populate creates the simulated Nodes, the agents' peers Service over all
+// of them and the LoadBalancer Services with their EndpointSlices; it
+// returns the agents' --peers-service argument.
+func populate(ctx context.Context, admin kubernetes.Interface, o scaleOptions) (string, error) {
+	t0 := time.Now()
+	if err := parallel(o.nodes, func(i int) error { return createSimNode(ctx, admin, i) }); err != nil {
+		return "", fmt.Errorf("creating nodes: %w", err)
+	}
+	fmt.Printf("created %d Nodes (Ready, 20 images each) in %s\n", o.nodes, time.Since(t0).Round(time.Millisecond))
+	// Every node runs ipvs-guard, as the chart's DaemonSet would: the peers
+	// Service's EndpointSlices list all of them, so the ARP probes are
+	// sharded over every node and each real agent probes its share only.
+	allNodes := make([]string, o.nodes)
+	for i := range allNodes {
+		allNodes[i] = simNode(i)
+	}
+	peers, err := peerstest.Publish(ctx, admin, types.NamespacedName{Namespace: "ipvs-guard", Name: "ipvs-guard-peers"}, allNodes)
+	if err != nil {
+		return "", err
+	}
+	t0 = time.Now()
+	if err := parallel(o.services, func(i int) error { return createLBService(ctx, admin, i) }); err != nil {
+		return "", fmt.Errorf("creating Services: %w", err)
+	}
+	fmt.Printf("created %d LoadBalancer Services with ingress IPs and EndpointSlices in %s\n", o.services, time.Since(t0).Round(time.Millisecond))
+	return peers.Flag(), nil
 }
 
 // rssSplitKiB returns a process's RssAnon and RssFile.
