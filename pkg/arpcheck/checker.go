@@ -227,7 +227,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		}
 	}
 
-	findings, probed := c.findings(ctx, targets, order, late)
+	findings, probed := c.judge(ctx, targets, order, late)
 	carried, never := c.keepLatest(run, targets, findings, probed, late)
 	c.forget(targets)
 	if carried+never > 0 {
@@ -292,9 +292,10 @@ func groupByRoute(logger klog.Logger, targets []Target, perm []int, routes []Rou
 	return order, unprobed, late
 }
 
-// findings judges every target the probes observed; one without an
-// observation (no request went out before the deadline) is marked late.
-func (c *Checker) findings(ctx context.Context, targets []Target, order []*group, late []bool) (findings []Finding, probed []bool) {
+// judge gives the finding of every target the probes observed; one
+// without an observation (no request went out before the deadline) is
+// marked late.
+func (c *Checker) judge(ctx context.Context, targets []Target, order []*group, late []bool) (findings []Finding, probed []bool) {
 	findings = make([]Finding, len(targets))
 	probed = make([]bool, len(targets))
 	for _, g := range order {
