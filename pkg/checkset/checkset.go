@@ -10,10 +10,10 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 
-	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpsysctl"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/clusterview"
 	"github.com/ipvs-guard/ipvs-guard/pkg/distro"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
@@ -72,7 +72,7 @@ type Cluster struct {
 	// arp check probes its LoadBalancer IPs. Nil (diagnose), they list
 	// through Client, and the arp check probes the LoadBalancer IPs of a
 	// view Build lists once through Client and Dynamic.
-	View *agent.ClusterView
+	View *clusterview.View
 	// Dynamic reads MetalLB's ServiceL2Status for the one-shot view; nil
 	// with no View leaves the arp check to ProbeIPs.
 	Dynamic dynamic.Interface
@@ -204,12 +204,12 @@ func arpChecker(ctx context.Context, cfg Config) (check.Checker, error) {
 
 // listOnce fills a view of the cluster (Services, this Node, MetalLB's
 // ServiceL2Status) with one listing; its informers stop when it returns.
-func listOnce(ctx context.Context, node string, c *Cluster) (*agent.ClusterView, error) {
+func listOnce(ctx context.Context, node string, c *Cluster) (*clusterview.View, error) {
 	timeout := c.ListTimeout
 	if timeout == 0 {
 		timeout = DefaultListTimeout
 	}
-	view := agent.NewClusterView(node, c.Client, c.Dynamic, c.Metadata)
+	view := clusterview.New(node, c.Client, c.Dynamic, c.Metadata)
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := view.Sync(sctx); err != nil {
