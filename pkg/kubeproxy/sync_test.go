@@ -233,6 +233,21 @@ func TestCheckerSyncFreshness(t *testing.T) {
 			{stop: true, at: now.Add(19 * time.Second), wantStatus: check.StatusProblem, wantReason: ReasonSyncStale, wantMsg: []string{"has not answered since", "not synced IPVS rules since " + ago(2*time.Second).UTC().Format(time.RFC3339), "21s when detected", "health timeout of 20s"}},
 		}},
 	}
+	tests = append(tests,
+		struct {
+			name  string
+			steps []step
+		}{name: "silent from the start: no last sync to judge by, an error", steps: []step{
+			{stop: true, at: now, wantErr: true},
+			{stop: true, at: now.Add(time.Minute), wantErr: true},
+		}},
+		struct {
+			name  string
+			steps []step
+		}{name: "update pending for a whole timeout, but kube-proxy's /livez says healthy: kube-proxy's verdict", steps: []step{
+			{lastSync: ago(21 * time.Second), lastQ: ago(1 * time.Second), livez: 200, healthy: true, at: now, wantStatus: check.StatusOK, wantReason: ReasonIPVSMode},
+		}},
+	)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			fk := newFakeSyncKubeProxy(t, "10s")
@@ -268,6 +283,36 @@ func TestCheckerSyncFreshness(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCheckerSyncMetricsUnreadable: /metrics without sync metrics (an old
+// kube-proxy, a proxy in front of it) leaves the check ok and says so in a
+// finding; it never flips the condition.
+func TestCheckerSyncMetricsUnreadable(t *testing.T) {
+	srv := fakeKubeProxy(t, "ipvs", "testdata/configz-ipvs-lc.json")
+	c, err := NewChecker(CheckerConfig{Client: NewClient(strings.TrimPrefix(srv.URL, "http://"), time.Second), ReadLink: links(true, "10.96.0.1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != check.StatusOK || res.Reason != ReasonIPVSMode {
+		t.Fatalf("got %s/%s (%s), want ok/%s", res.Status, res.Reason, res.Message, ReasonIPVSMode)
+	}
+	var found bool
+	for _, f := range res.Findings {
+		if sf, ok := f.(SyncFinding); ok && sf.IPFamily == "" && strings.Contains(sf.Error, "no kubeproxy_sync_proxy_rules_last_timestamp_seconds") {
+			found = true
+			if !strings.Contains(sf.String(), "sync freshness unknown") {
+				t.Errorf("finding line %q", sf.String())
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no finding says the sync metrics are missing: %v", res.Findings)
 	}
 }
 
