@@ -37,6 +37,17 @@ func (e *e2e) scenarioKubeProxyStall() {
 	e.waitMetric("ipvs_guard_kube_proxy_sync_stale", map[string]string{"ip_family": "IPv4"}, 0)
 	e.waitCondition("KubeProxyIPVSDegraded", corev1.ConditionFalse, "")
 	e.tl.say("the agent reads kube-proxy's /metrics and /livez: IPv4 rules fresh, health timeout %s (2 × --ipvs-sync-period=%s)", timeout, kpSyncPeriod)
+	// What the real kube-proxy leaves for the advisory check: the IPVS
+	// sysctls as it sets them, and only IPVS's default TCP timeout (900 s)
+	// below the kernel's keepalive time (7,200 s).
+	for name, v := range map[string]float64{"net.ipv4.vs.expire_nodest_conn": 1, "net.ipv4.vs.expire_quiescent_template": 1, "net.ipv4.vs.conntrack": 1, "ipvs.timeout.tcp": 900, "net.ipv4.tcp_keepalive_time": 7200} {
+		e.waitMetric("ipvs_guard_sysctl_value", map[string]string{"sysctl": name}, v)
+	}
+	e.waitMetric("ipvs_guard_advisory", map[string]string{"check": "ipvs-sysctls", "advisory": "IPVSTCPTimeoutBelowKeepalive", "severity": "warning"}, 1)
+	if n := e.countSeries("ipvs_guard_advisory"); n != 1 {
+		t.Errorf("%d advisories with the real kube-proxy's settings, want 1 (IPVSTCPTimeoutBelowKeepalive)", n)
+	}
+	e.tl.say("ipvs-sysctls: kube-proxy set expire_nodest_conn, expire_quiescent_template and conntrack to 1; the one advisory is IPVSTCPTimeoutBelowKeepalive (ipvsadm's TCP timeout 900 s < tcp_keepalive_time 7200 s)")
 
 	out := e.g.run(ctx, t, `p=$(kp_pid) && [ -n "$p" ] && kill -STOP $p && echo "$p $(uptime_s)"`)
 	stopped := time.Now()
@@ -76,4 +87,16 @@ func (e *e2e) scenarioKubeProxyStall() {
 	if err := deleteService(ctx, e.cs, "default", "stall"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// countSeries returns how many series of name the agent's /metrics has.
+func (e *e2e) countSeries(name string) int {
+	mfs, err := scrape(e.ctx, e.metrics)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if mf, ok := mfs[name]; ok {
+		return len(mf.GetMetric())
+	}
+	return 0
 }
