@@ -18,6 +18,7 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvssysctl"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
@@ -87,7 +88,7 @@ type Cluster struct {
 }
 
 // Build returns the checks in report order: modules, kube-proxy, ipvs,
-// arp-sysctls, arp. The only I/O it does is the one-shot listing of the
+// arp-sysctls, arp, then the advisory checks ipvs-sysctls and conntrack. The only I/O it does is the one-shot listing of the
 // cluster for the arp check (Cluster with Dynamic and no View, no
 // ProbeIPs); when that fails, the arp check reports the error on every run
 // and the other checks are built as usual.
@@ -99,6 +100,9 @@ func Build(ctx context.Context, cfg Config) ([]check.Checker, error) {
 	b.add(ipvscheck.NewChecker(ipvscheck.Config{IPVS: ipvs.New(cfg.Root), ReadLink: kubeproxy.ReadLink, KubeProxy: s.kubeProxy, Cluster: s.services, NodeName: cfg.NodeName, Scheduler: s.schedulers.Resolve, Distro: s.distro, Settle: cfg.Settle, IPVSUse: s.use.Use}))
 	b.add(arpsysctl.NewChecker(arpsysctl.Config{Root: cfg.Root, Interfaces: s.interfaces, ReadLink: kubeproxy.ReadLink, LoadBalancerIPs: s.lbIPs, KubeProxy: s.kubeProxy, Distro: s.distro, IPVSUse: s.use.Use}))
 	b.add(arpChecker(ctx, cfg))
+	// The advisory checks (docs/design.md §3b): no Node condition.
+	b.add(ipvssysctl.NewChecker(ipvssysctl.Config{Root: cfg.Root, Timeouts: ipvs.New(cfg.Root), IPVSUse: s.use.Use}), nil)
+	b.add(ipvssysctl.NewConntrackChecker(cfg.Root), nil)
 	return b.checkers, b.err
 }
 
