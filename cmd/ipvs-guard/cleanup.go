@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 )
@@ -62,7 +61,7 @@ func cleanupNodes(ctx context.Context, cs kube.Interface) error {
 		for i := range list.Items {
 			n := &list.Items[i]
 			seen++
-			wrote, err := nodestatus.Remove(ctx, client, n, []string{agent.MACsAnnotation})
+			wrote, err := nodestatus.Remove(ctx, client, n, []string{nodestatus.MACsAnnotation})
 			if err != nil {
 				errs = append(errs, fmt.Errorf("node %s: %w", n.Name, err))
 				continue

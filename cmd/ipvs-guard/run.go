@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,6 +23,7 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck/shard"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/checkset"
+	"github.com/ipvs-guard/ipvs-guard/pkg/clusterview"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 	"github.com/ipvs-guard/ipvs-guard/pkg/metrics"
@@ -55,7 +57,7 @@ func newRunCommand() *cobra.Command {
 			if err := opts.validate(); err != nil {
 				return err
 			}
-			if _, err := agent.ParsePeersService(opts.peersService); err != nil {
+			if _, err := clusterview.ParsePeersService(opts.peersService); err != nil {
 				return fmt.Errorf("--peers-service: %w", err)
 			}
 			return runAgent(cmd.Context(), &opts)
@@ -136,48 +138,17 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 	if node == "" {
 		return errors.New("no node name: set NODE_NAME or --node-name")
 	}
-	cfg, err := restConfig(opts.kubeconfig)
+	cs, view, err := connect(ctx, opts, node)
 	if err != nil {
 		return err
 	}
-	cfg.UserAgent = "ipvs-guard"
-	cfg.QPS, cfg.Burst = opts.apiQPS, opts.apiBurst
-	cs, dyn, meta, err := clusterClients(cfg)
-	if err != nil {
-		return err
-	}
-	peers, err := agent.ParsePeersService(opts.peersService)
-	if err != nil {
-		return err
-	}
-	view := agent.NewClusterView(node, cs, dyn, meta)
-	view.UsePeersService(peers)
-	if peers.Name == "" {
-		logger.Info("No --peers-service: this node probes every LoadBalancer IP it does not announce (not sharded)")
-	}
-
 	reg, am, err := metrics.NewRegistry()
 	if err != nil {
 		return err
 	}
-	cc := opts.config(opts.remediate)
-	if opts.remediate {
-		// Count every module load; without a loader for this root the
-		// modules check reports why it cannot load.
-		if nl, err := modules.NewNativeLoader(cc.Root); err == nil {
-			cc.Loader = metrics.CountingLoader{Loader: nl, Metrics: am}
-		}
-	}
-	cc.Cluster = &checkset.Cluster{Client: cs, View: view, ShardK: shard.DefaultK}
-	// A virtual server kube-proxy has not programmed yet is lag, not a
-	// problem: it counts once it stayed missing for kube-proxy's sync period.
-	cc.Settle = &check.Settler{Grace: ipvscheck.DefaultSettle}
-	checkers, err := checkset.Build(ctx, cc)
+	cc, checkers, err := buildChecks(ctx, opts, cs, view, am)
 	if err != nil {
 		return err
-	}
-	for i, c := range checkers {
-		checkers[i] = metrics.Instrument(c, am)
 	}
 
 	recorder := kube.NewRecorder(cs, nodestatus.ReportingController)
@@ -203,7 +174,7 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 		InitialPublishDelay: opts.initialDelay,
 		ModulesLoadDirs:     dirs,
 		WatchUevents:        !opts.noUevents, // hostNetwork: the host's uevents, whatever --root is
-		MACs:                agent.HostMACs,
+		MACs:                nodestatus.HostMACs,
 	})
 	if err != nil {
 		return err
@@ -214,6 +185,69 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { recorder.Run(gctx); return nil })
+	if err := serve(gctx, g, opts, a, reg); err != nil {
+		return err
+	}
+	g.Go(func() error { mgr.Run(gctx); return nil })
+	g.Go(func() error { return a.Run(gctx) })
+	logger.Info("ipvs-guard agent running", "node", node, "checks", a.Enabled(), "remediate", opts.remediate)
+	return waitBounded(ctx, g.Wait, shutdownTimeout)
+}
+
+// connect builds the API clients (user agent ipvs-guard, --kube-api-qps
+// and --kube-api-burst) and the cluster view over them, its peers from
+// --peers-service; nothing is started.
+func connect(ctx context.Context, opts *runOptions, node string) (kube.Interface, *clusterview.View, error) {
+	cfg, err := restConfig(opts.kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.UserAgent = "ipvs-guard"
+	cfg.QPS, cfg.Burst = opts.apiQPS, opts.apiBurst
+	cs, dyn, meta, err := clusterClients(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	peers, err := clusterview.ParsePeersService(opts.peersService)
+	if err != nil {
+		return nil, nil, err
+	}
+	view := clusterview.New(node, cs, dyn, meta)
+	view.UsePeersService(peers)
+	if peers.Name == "" {
+		klog.FromContext(ctx).Info("No --peers-service: this node probes every LoadBalancer IP it does not announce (not sharded)")
+	}
+	return cs, view, nil
+}
+
+// buildChecks builds the agent's checks over the view, each instrumented
+// with am; with --remediate, module loads are counted too.
+func buildChecks(ctx context.Context, opts *runOptions, cs kube.Interface, view *clusterview.View, am *metrics.Metrics) (checkset.Config, []check.Checker, error) {
+	cc := opts.config(opts.remediate)
+	if opts.remediate {
+		// Count every module load; without a loader for this root the
+		// modules check reports why it cannot load.
+		if nl, err := modules.NewNativeLoader(cc.Root); err == nil {
+			cc.Loader = metrics.CountingLoader{Loader: nl, Metrics: am}
+		}
+	}
+	cc.Cluster = &checkset.Cluster{Client: cs, View: view, ShardK: shard.DefaultK}
+	// A virtual server kube-proxy has not programmed yet is lag, not a
+	// problem: it counts once it stayed missing for kube-proxy's sync period.
+	cc.Settle = &check.Settler{Grace: ipvscheck.DefaultSettle}
+	checkers, err := checkset.Build(ctx, cc)
+	if err != nil {
+		return cc, nil, err
+	}
+	for i, c := range checkers {
+		checkers[i] = metrics.Instrument(c, am)
+	}
+	return cc, checkers, nil
+}
+
+// serve starts, in g, the health probe server and the metrics server (one
+// server when both addresses are the same; "0" disables either).
+func serve(ctx context.Context, g *errgroup.Group, opts *runOptions, a *agent.Agent, reg *prometheus.Registry) error {
 	if opts.healthAddr != "0" {
 		srv, err := server.New(opts.healthAddr, healthz(a, opts.resyncPeriod), readyz(a))
 		if err != nil {
@@ -225,7 +259,7 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 		if opts.profiling {
 			srv.HandleProfiling()
 		}
-		g.Go(func() error { return srv.Run(gctx) })
+		g.Go(func() error { return srv.Run(ctx) })
 	}
 	if opts.metricsAddr != "0" && opts.metricsAddr != opts.healthAddr {
 		// The probes are served here too.
@@ -234,12 +268,9 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 			return err
 		}
 		srv.Handle("/metrics", metrics.Handler(reg))
-		g.Go(func() error { return srv.Run(gctx) })
+		g.Go(func() error { return srv.Run(ctx) })
 	}
-	g.Go(func() error { mgr.Run(gctx); return nil })
-	g.Go(func() error { return a.Run(gctx) })
-	logger.Info("ipvs-guard agent running", "node", node, "checks", a.Enabled(), "remediate", opts.remediate)
-	return waitBounded(ctx, g.Wait, shutdownTimeout)
+	return nil
 }
 
 // shutdownTimeout bounds how long `run` waits after SIGTERM for its loop,

@@ -155,52 +155,14 @@ func run(binary, hostTree string, nSvc, trials int, idle, resync time.Duration) 
 	}
 	fmt.Printf("agent start to IPVSModulesMissing=False on the API server: %s\n", time.Since(started).Round(time.Millisecond))
 
-	// Latency, declaration file path (inotify).
-	decl := filepath.Join(root, "etc/modules-load.d/ipvs.conf")
 	var spans []span
-	var declIn, declOut []time.Duration
-	for i := range trials {
-		broken := strings.ReplaceAll(healthy.decl, "ip_vs_sh\n", "")
-		d, err := flip(cond, "True", &spans, pathInotify, func() error { return writeAtomic(decl, broken) })
-		if err != nil {
-			return fmt.Errorf("decl trial %d: %w", i, err)
-		}
-		declIn = append(declIn, d)
-		if d, err = flip(cond, "False", &spans, pathInotify, func() error { return writeAtomic(decl, healthy.decl) }); err != nil {
-			return fmt.Errorf("decl trial %d (restore): %w", i, err)
-		}
-		declOut = append(declOut, d)
+	declIn, declOut, err := declTrials(cond, &spans, root, healthy, trials)
+	if err != nil {
+		return err
 	}
-	// Latency, module removal path (uevent).
-	procModules := filepath.Join(root, "proc/modules")
-	var modIn, modOut []time.Duration
-	for i := range trials {
-		var without []string
-		for _, l := range strings.SplitAfter(healthy.proc, "\n") {
-			if !strings.HasPrefix(l, "ip_vs_sh ") {
-				without = append(without, l)
-			}
-		}
-		d, err := flip(cond, "True", &spans, pathUevent, func() error {
-			if err := os.WriteFile(procModules, []byte(strings.Join(without, "")), 0o644); err != nil {
-				return err
-			}
-			return agent.SendModuleUevent(agent.ModuleEvent{Action: "remove", Module: "ip_vs_sh"}, 1000+2*i)
-		})
-		if err != nil {
-			return fmt.Errorf("uevent trial %d: %w", i, err)
-		}
-		modIn = append(modIn, d)
-		d, err = flip(cond, "False", &spans, pathUevent, func() error {
-			if err := os.WriteFile(procModules, []byte(healthy.proc), 0o644); err != nil {
-				return err
-			}
-			return agent.SendModuleUevent(agent.ModuleEvent{Action: "add", Module: "ip_vs_sh"}, 1001+2*i)
-		})
-		if err != nil {
-			return fmt.Errorf("uevent trial %d (restore): %w", i, err)
-		}
-		modOut = append(modOut, d)
+	modIn, modOut, err := ueventTrials(cond, &spans, root, healthy, trials)
+	if err != nil {
+		return err
 	}
 	fmt.Printf("\ndrift-to-condition latency on the API server, %d trials each (resync period %s; every flip is event-driven):\n", trials, resync)
 	for _, r := range []struct {
@@ -219,22 +181,83 @@ func run(binary, hostTree string, nSvc, trials int, idle, resync time.Duration) 
 		return err
 	}
 
-	// Idle: RSS, CPU and writes with nSvc LoadBalancer Services cached.
+	return idleCost(s.AuditLog, cmd.Process.Pid, idle, nSvc)
+}
+
+// declTrials times, trials times, the modules condition turning True when
+// ip_vs_sh leaves the declaration file, and False when it is restored: the
+// inotify path.
+func declTrials(cond *condWatcher, spans *[]span, root string, healthy healthyState, trials int) (in, out []time.Duration, err error) {
+	decl := filepath.Join(root, "etc/modules-load.d/ipvs.conf")
+	for i := range trials {
+		broken := strings.ReplaceAll(healthy.decl, "ip_vs_sh\n", "")
+		d, err := flip(cond, "True", spans, pathInotify, func() error { return writeAtomic(decl, broken) })
+		if err != nil {
+			return nil, nil, fmt.Errorf("decl trial %d: %w", i, err)
+		}
+		in = append(in, d)
+		if d, err = flip(cond, "False", spans, pathInotify, func() error { return writeAtomic(decl, healthy.decl) }); err != nil {
+			return nil, nil, fmt.Errorf("decl trial %d (restore): %w", i, err)
+		}
+		out = append(out, d)
+	}
+	return in, out, nil
+}
+
+// ueventTrials times, trials times, the modules condition turning True when
+// ip_vs_sh leaves /proc/modules with a remove uevent, and False when it
+// comes back with an add uevent: the uevent path.
+func ueventTrials(cond *condWatcher, spans *[]span, root string, healthy healthyState, trials int) (in, out []time.Duration, err error) {
+	procModules := filepath.Join(root, "proc/modules")
+	for i := range trials {
+		var without []string
+		for _, l := range strings.SplitAfter(healthy.proc, "\n") {
+			if !strings.HasPrefix(l, "ip_vs_sh ") {
+				without = append(without, l)
+			}
+		}
+		d, err := flip(cond, "True", spans, pathUevent, func() error {
+			if err := os.WriteFile(procModules, []byte(strings.Join(without, "")), 0o644); err != nil {
+				return err
+			}
+			return agent.SendModuleUevent(agent.ModuleEvent{Action: "remove", Module: "ip_vs_sh"}, 1000+2*i)
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("uevent trial %d: %w", i, err)
+		}
+		in = append(in, d)
+		d, err = flip(cond, "False", spans, pathUevent, func() error {
+			if err := os.WriteFile(procModules, []byte(healthy.proc), 0o644); err != nil {
+				return err
+			}
+			return agent.SendModuleUevent(agent.ModuleEvent{Action: "add", Module: "ip_vs_sh"}, 1001+2*i)
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("uevent trial %d (restore): %w", i, err)
+		}
+		out = append(out, d)
+	}
+	return in, out, nil
+}
+
+// idleCost prints the agent's (process pid) RSS, CPU and API writes over
+// idle with nSvc LoadBalancer Services cached.
+func idleCost(auditLog string, pid int, idle time.Duration, nSvc int) error {
 	time.Sleep(5 * time.Second) // let the last event settle
-	writesBefore, err := agentWrites(s.AuditLog)
+	writesBefore, err := agentWrites(auditLog)
 	if err != nil {
 		return err
 	}
-	cpu0, err := cpuTicks(cmd.Process.Pid)
+	cpu0, err := cpuTicks(pid)
 	if err != nil {
 		return err
 	}
 	w0 := time.Now()
 	time.Sleep(idle)
-	cpu1, _ := cpuTicks(cmd.Process.Pid)
+	cpu1, _ := cpuTicks(pid)
 	window := time.Since(w0)
-	writesAfter, _ := agentWrites(s.AuditLog)
-	rss, hwm := rssKiB(cmd.Process.Pid)
+	writesAfter, _ := agentWrites(auditLog)
+	rss, hwm := rssKiB(pid)
 	millicores := float64(cpu1-cpu0) / 100 / window.Seconds() * 1000 // USER_HZ = 100
 	fmt.Printf("\nidle over %s with %d LoadBalancer Services cached (one resync in the window):\n", window.Round(time.Second), nSvc)
 	fmt.Printf("  RSS %.1f MiB (peak %.1f MiB), CPU %.2f millicores\n", float64(rss)/1024, float64(hwm)/1024, millicores)

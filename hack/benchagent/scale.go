@@ -27,7 +27,7 @@ import (
 
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
 	"github.com/ipvs-guard/ipvs-guard/internal/peerstest"
-	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
+	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 )
 
 // scaleOptions size the scale run.
@@ -107,28 +107,9 @@ func runScale(o scaleOptions) (err error) {
 	}
 	defer responder.close()
 
-	t0 := time.Now()
-	if err := parallel(o.nodes, func(i int) error { return createSimNode(ctx, admin, i) }); err != nil {
-		return fmt.Errorf("creating nodes: %w", err)
-	}
-	fmt.Printf("created %d Nodes (Ready, 20 images each) in %s\n", o.nodes, time.Since(t0).Round(time.Millisecond))
-	// Every node runs ipvs-guard, as the chart's DaemonSet would: the peers
-	// Service's EndpointSlices list all of them, so the ARP probes are
-	// sharded over every node and each real agent probes its share only.
-	allNodes := make([]string, o.nodes)
-	for i := range allNodes {
-		allNodes[i] = simNode(i)
-	}
-	peers, err := peerstest.Publish(ctx, admin, types.NamespacedName{Namespace: "ipvs-guard", Name: "ipvs-guard-peers"}, allNodes)
-	if err != nil {
+	if o.peersFlag, err = populate(ctx, admin, o); err != nil {
 		return err
 	}
-	o.peersFlag = peers.Flag()
-	t0 = time.Now()
-	if err := parallel(o.services, func(i int) error { return createLBService(ctx, admin, i) }); err != nil {
-		return fmt.Errorf("creating Services: %w", err)
-	}
-	fmt.Printf("created %d LoadBalancer Services with ingress IPs and EndpointSlices in %s\n", o.services, time.Since(t0).Round(time.Millisecond))
 
 	go heartbeats(ctx, admin, o.nodes, o.statusPeriod)
 	ch := &churner{cs: admin, next: o.services}
@@ -163,7 +144,7 @@ func runScale(o scaleOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	t0 = time.Now()
+	t0 := time.Now()
 	if err := waitAllFalse(ctx, admin, o.agents, 5*time.Minute); err != nil {
 		return err
 	}
@@ -193,6 +174,34 @@ func runScale(o scaleOptions) (err error) {
 	}
 	fmt.Printf("churn achieved in the window with agents: %.2f Services/s (each: one created, one deleted, one EndpointSlice scaled)\n", float64(ch.done.Load()-churn0)/time.Since(churnT0).Seconds())
 	return report(o, base, with)
+}
+
+// populate creates the simulated Nodes, the agents' peers Service over all
+// of them and the LoadBalancer Services with their EndpointSlices; it
+// returns the agents' --peers-service argument.
+func populate(ctx context.Context, admin kubernetes.Interface, o scaleOptions) (string, error) {
+	t0 := time.Now()
+	if err := parallel(o.nodes, func(i int) error { return createSimNode(ctx, admin, i) }); err != nil {
+		return "", fmt.Errorf("creating nodes: %w", err)
+	}
+	fmt.Printf("created %d Nodes (Ready, 20 images each) in %s\n", o.nodes, time.Since(t0).Round(time.Millisecond))
+	// Every node runs ipvs-guard, as the chart's DaemonSet would: the peers
+	// Service's EndpointSlices list all of them, so the ARP probes are
+	// sharded over every node and each real agent probes its share only.
+	allNodes := make([]string, o.nodes)
+	for i := range allNodes {
+		allNodes[i] = simNode(i)
+	}
+	peers, err := peerstest.Publish(ctx, admin, types.NamespacedName{Namespace: "ipvs-guard", Name: "ipvs-guard-peers"}, allNodes)
+	if err != nil {
+		return "", err
+	}
+	t0 = time.Now()
+	if err := parallel(o.services, func(i int) error { return createLBService(ctx, admin, i) }); err != nil {
+		return "", fmt.Errorf("creating Services: %w", err)
+	}
+	fmt.Printf("created %d LoadBalancer Services with ingress IPs and EndpointSlices in %s\n", o.services, time.Since(t0).Round(time.Millisecond))
+	return peers.Flag(), nil
 }
 
 // rssSplitKiB returns a process's RssAnon and RssFile.
@@ -316,10 +325,10 @@ func simNode(i int) string { return fmt.Sprintf("sim-%04d", i) }
 func createSimNode(ctx context.Context, cs kubernetes.Interface, i int) error {
 	// Every simulated node publishes MACs as its own agent would (ARP
 	// responders are named from them).
-	macs := agent.EncodeMACs(map[string]string{"eth0": fmt.Sprintf("02:5c:00:%02x:%02x:%02x", i>>16&0xff, i>>8&0xff, i&0xff)})
+	macs := nodestatus.EncodeMACs(map[string]string{"eth0": fmt.Sprintf("02:5c:00:%02x:%02x:%02x", i>>16&0xff, i>>8&0xff, i&0xff)})
 	n, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: simNode(i),
 		Labels:      map[string]string{"kubernetes.io/hostname": simNode(i), "kubernetes.io/os": "linux", "node-role.kubernetes.io/worker": "true"},
-		Annotations: map[string]string{agent.MACsAnnotation: macs}}},
+		Annotations: map[string]string{nodestatus.MACsAnnotation: macs}}},
 		metav1.CreateOptions{})
 	if err != nil {
 		return err
@@ -685,7 +694,7 @@ func macValues(auditLog string, skip int) ([]string, error) {
 			continue
 		}
 		n++
-		v, ok := ev.RequestObject.Metadata.Annotations[agent.MACsAnnotation]
+		v, ok := ev.RequestObject.Metadata.Annotations[nodestatus.MACsAnnotation]
 		if n <= skip || !ok || seen[v] {
 			continue
 		}

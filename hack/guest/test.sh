@@ -47,7 +47,9 @@ for rel in $releases; do
 		if [ -z "$pkgs" ]; then
 			pkgs=$kernel_pkgs
 		else
-			pkgs=$(for p in $pkgs; do for k in $kernel_pkgs; do [ "${p%/}" = "${k%/}" ] && echo "$p"; done; done | tr '\n' ' ')
+			# (if, not &&: under errexit and pipefail a last comparison
+			# that fails would end the script after the default kernel passed.)
+			pkgs=$(for p in $pkgs; do for k in $kernel_pkgs; do if [ "${p%/}" = "${k%/}" ]; then echo "$p"; fi; done; done | tr '\n' ' ')
 			[ -n "${pkgs// /}" ] || continue
 		fi
 	fi

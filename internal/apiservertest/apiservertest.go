@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/ipvs-guard/ipvs-guard/internal/proc"
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
 )
 
@@ -132,7 +133,7 @@ type Process struct {
 
 // StartProcess starts cmd and reaps it in the background.
 func StartProcess(cmd *exec.Cmd) (*Process, error) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = proc.Attr(false)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ipvs-guard/ipvs-guard/internal/proc"
 )
 
 // ExitCrashed is Boot's exit code when the guest never reported one: a
@@ -92,7 +94,7 @@ func Boot(ctx context.Context, o BootOptions) (int, error) {
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second
 	// QEMU dies with this process.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = proc.Attr(false)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	start := time.Now()

@@ -39,7 +39,7 @@ func Start(name string, cmd *exec.Cmd, logPath string) (*Process, error) {
 	cmd.Stdout, cmd.Stderr = f, f
 	// Its own process group, so Kill reaches every process it starts; killed
 	// with the test process should that die first.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = Attr(true)
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)

@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/clusterview"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 	"github.com/ipvs-guard/ipvs-guard/pkg/results"
 )
@@ -60,7 +61,7 @@ type Config struct {
 	Publisher Publisher
 	// View is the cluster view whose informers wake the loop; Run starts
 	// them. Nil runs node-local only.
-	View *ClusterView
+	View *clusterview.View
 	// Clock drives the resync ticker, the initial publish delay and the
 	// workqueue's backoff; nil means the real clock.
 	Clock clock.WithTicker
@@ -76,7 +77,7 @@ type Config struct {
 	ModulesLoadDirs []string
 	// WatchUevents wakes the modules and ipvs checks on module uevents.
 	WatchUevents bool
-	// MACs returns this node's interface MACs for MACsAnnotation; nil publishes none.
+	// MACs returns this node's interface MACs for nodestatus.MACsAnnotation; nil publishes none.
 	MACs func() (map[string]string, error)
 	// ClusterCoalesce delays the checks a cluster change wakes, so a burst
 	// of changes runs them once (default DefaultClusterCoalesce).
@@ -90,7 +91,7 @@ type Agent struct {
 	enabled  []string
 	store    *results.Store
 	queue    workqueue.TypedRateLimitingInterface[Key]
-	view     *ClusterView
+	view     *clusterview.View
 
 	// published turns true once conditions were first handed to the publisher.
 	published atomic.Bool
@@ -164,7 +165,7 @@ func New(cfg Config) (*Agent, error) {
 func (a *Agent) Store() *results.Store { return a.store }
 
 // View returns the cluster view (nil without a Client).
-func (a *Agent) View() *ClusterView { return a.view }
+func (a *Agent) View() *clusterview.View { return a.view }
 
 // Enabled returns the names of the checks the loop runs.
 func (a *Agent) Enabled() []string { return append([]string(nil), a.enabled...) }
@@ -184,7 +185,7 @@ func (a *Agent) LastSync() time.Time {
 
 func (a *Agent) addHandlers() {
 	lbKeys := []Key{check.NameIPVS, check.NameARPSysctls, check.NameARP}
-	_, _ = a.view.svcInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	a.view.AddServiceHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if isLB(obj) {
 				a.enqueueCoalesced(lbKeys...)
@@ -202,8 +203,8 @@ func (a *Agent) addHandlers() {
 		},
 	})
 	// A peer that comes, goes or turns unready moves shares of the IPs.
-	a.view.peers.onChange(func() { a.enqueueCoalesced(check.NameARP) })
-	_, _ = a.view.nodeInformer.AddEventHandler(cache.FilteringResourceEventHandler{
+	a.view.OnPeersChange(func() { a.enqueueCoalesced(check.NameARP) })
+	a.view.AddNodeHandler(cache.FilteringResourceEventHandler{
 		FilterFunc: func(obj any) bool {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
@@ -224,19 +225,6 @@ func isLB(obj any) bool {
 	}
 	s, ok := obj.(*corev1.Service)
 	return ok && s.Spec.Type == corev1.ServiceTypeLoadBalancer
-}
-
-// stripNode keeps metadata (annotations carry MACs), spec and conditions;
-// images and volumes are the bulk of a Node and are never read.
-func stripNode(obj any) (any, error) {
-	if n, ok := obj.(*corev1.Node); ok {
-		n.ManagedFields = nil
-		delete(n.Annotations, corev1.LastAppliedConfigAnnotation)
-		n.Status.Images = nil
-		n.Status.VolumesInUse = nil
-		n.Status.VolumesAttached = nil
-	}
-	return obj, nil
 }
 
 func (a *Agent) enqueue(keys ...Key) {
@@ -265,7 +253,7 @@ func (a *Agent) enqueueAll() {
 }
 
 // Run runs the loop until ctx is done. It never waits for the API server:
-// checks start at once; cluster-dependent data comes from ClusterView as
+// checks start at once; cluster-dependent data comes from the view as
 // soon as the caches fill.
 func (a *Agent) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrashWithContext(ctx)
@@ -277,10 +265,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer a.queue.ShutDown()
 
 	if a.view != nil {
-		a.view.start(ctx.Done())
+		a.view.Start(ctx.Done())
 		defer func() {
-			if !a.view.shutdown() {
-				logger.Info("Not waiting longer for the cluster informers to stop", "waited", a.view.stopTimeout)
+			if !a.view.Shutdown() {
+				logger.Info("Not waiting longer for the cluster informers to stop", "waited", a.view.StopTimeout())
 			}
 		}()
 		a.discoverL2(ctx)
@@ -395,7 +383,7 @@ func (a *Agent) initialPublishTimer(ctx context.Context) {
 // discoverL2 starts the ServiceL2Status informer once discovery shows the
 // CRD; its changes wake the ARP check.
 func (a *Agent) discoverL2(ctx context.Context) {
-	a.view.startL2(ctx, func() { a.enqueueCoalesced(check.NameARP) })
+	a.view.StartL2(ctx, func() { a.enqueueCoalesced(check.NameARP) })
 }
 
 func (a *Agent) processNextWorkItem(ctx context.Context) bool {
@@ -410,7 +398,7 @@ func (a *Agent) processNextWorkItem(ctx context.Context) bool {
 		a.queue.Forget(key)
 		return true
 	}
-	if errors.Is(err, ErrNotSynced) {
+	if errors.Is(err, clusterview.ErrNotSynced) {
 		// Expected while the caches fill (or the API server is away).
 		klog.FromContext(ctx).V(2).Info("Cluster caches not synced; requeuing with backoff", "key", key)
 	} else {
@@ -468,7 +456,7 @@ func (a *Agent) syncNode(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reading interface MACs: %w", err)
 	}
-	a.cfg.Publisher.SetAnnotation(MACsAnnotation, EncodeMACs(macs))
+	a.cfg.Publisher.SetAnnotation(nodestatus.MACsAnnotation, nodestatus.EncodeMACs(macs))
 	return nil
 }
 

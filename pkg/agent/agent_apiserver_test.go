@@ -23,6 +23,7 @@ import (
 
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/clusterview"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 )
 
@@ -49,7 +50,7 @@ func TestAgentConditionsEventsAndQuietResyncs(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, "MAC annotation", func() bool {
 		n, _ := admin.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
-		return n.Annotations[MACsAnnotation] == `{"eth0":"02:00:00:00:00:0a"}`
+		return n.Annotations[nodestatus.MACsAnnotation] == `{"eth0":"02:00:00:00:00:0a"}`
 	})
 
 	// 20 resyncs with nothing changing: not a single write.
@@ -314,13 +315,13 @@ func TestClusterViewServiceL2Status(t *testing.T) {
 		"metadata": map[string]any{"name": "l2-abcde", "namespace": "metallb-system", "labels": map[string]any{
 			"metallb.io/node": "node-b", "metallb.io/service-name": "web", "metallb.io/service-namespace": "default"}},
 	}}
-	created, err := dyn.Resource(ServiceL2StatusGVR).Namespace("metallb-system").Create(ctx, obj, metav1.CreateOptions{})
+	created, err := dyn.Resource(clusterview.ServiceL2StatusGVR).Namespace("metallb-system").Create(ctx, obj, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	created.Object["status"] = map[string]any{"node": "node-b", "serviceName": "web", "serviceNamespace": "default",
 		"interfaces": []any{map[string]any{"name": "eth0"}}}
-	if _, err := dyn.Resource(ServiceL2StatusGVR).Namespace("metallb-system").UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	if _, err := dyn.Resource(clusterview.ServiceL2StatusGVR).Namespace("metallb-system").UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "announcer in the view", func() bool {

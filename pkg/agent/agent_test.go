@@ -16,6 +16,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/clusterview"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 )
 
@@ -139,7 +140,7 @@ func TestLoopPublishesAfterFirstPassAndResyncs(t *testing.T) {
 	waitUntil(t, "MAC annotation", func() bool {
 		pub.mu.Lock()
 		defer pub.mu.Unlock()
-		return pub.annotations[MACsAnnotation] == `{"eth0":"02:00:00:00:00:01"}`
+		return pub.annotations[nodestatus.MACsAnnotation] == `{"eth0":"02:00:00:00:00:01"}`
 	})
 
 	// Nothing runs again until the resync ticker fires.
@@ -242,7 +243,7 @@ func TestFirstPublishWaitsForClusterCaches(t *testing.T) {
 	arp := check.Func{CheckName: check.NameARP, Fn: func(context.Context) (check.Result, error) {
 		arpRuns.Add(1)
 		if !synced.Load() {
-			return check.Result{}, ErrNotSynced
+			return check.Result{}, clusterview.ErrNotSynced
 		}
 		return check.Result{Status: check.StatusOK, Reason: "Answered", Message: "Every probed IP answered."}, nil
 	}}

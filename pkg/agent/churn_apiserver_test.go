@@ -28,9 +28,11 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpsysctl"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/clusterview"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 )
@@ -70,10 +72,10 @@ func TestNoNodeWritesUnderServiceChurn(t *testing.T) {
 		createLBService(t, admin, i)
 	}
 
-	kp := newKubeProxyModel(lag)
+	kp := newKubeProxyModel(lag, mustKube(t, cfg))
 	checks := []*fakeCheck{newFakeCheck(check.NameModules), newFakeCheck(check.NameARP)}
 	u := startAgent(t, s, node, agentOptions{checks: checks, resync: 2 * time.Second, userAgent: ua,
-		real: func(v *ClusterView) []check.Checker { return kp.checkers(t, v, node) }})
+		real: func(v *clusterview.View) []check.Checker { return kp.checkers(t, v, node) }})
 
 	eventually(t, 30*time.Second, "every condition False with the real checks' reasons", func() bool {
 		want := map[nodestatus.ConditionType]string{
@@ -226,12 +228,14 @@ type kubeProxyModel struct {
 	// mu guards seen: when each Service (namespace/name) was first seen.
 	mu   sync.Mutex
 	seen map[string]time.Time
-	view *ClusterView
+	view *clusterview.View
 	node string
+	// client lists the EndpointSlices kube-proxy programs (its own client).
+	client kube.Interface
 }
 
-func newKubeProxyModel(lag time.Duration) *kubeProxyModel {
-	return &kubeProxyModel{lag: lag, seen: map[string]time.Time{}}
+func newKubeProxyModel(lag time.Duration, client kube.Interface) *kubeProxyModel {
+	return &kubeProxyModel{lag: lag, seen: map[string]time.Time{}, client: client}
 }
 
 func (m *kubeProxyModel) programmedCount() int {
@@ -248,7 +252,7 @@ func (m *kubeProxyModel) Table(ctx context.Context) (ipvs.Table, error) {
 		return nil, err
 	}
 	// kube-proxy reads every EndpointSlice it programs (the agent does not).
-	l, err := m.view.client.EndpointSlices(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: ipvscheck.ProxiedEndpointSlices})
+	l, err := m.client.EndpointSlices(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: ipvscheck.ProxiedEndpointSlices})
 	if err != nil {
 		return nil, err
 	}
@@ -293,10 +297,10 @@ func (m *kubeProxyModel) link(name string) (kubeproxy.Link, error) {
 // checkers builds the real kube-proxy, ipvs and arp-sysctls checks over the
 // model, a kube-proxy metrics port serving kube-proxy 1.37.1's bodies and a
 // host tree with strict ARP in place.
-func (m *kubeProxyModel) checkers(t *testing.T, v *ClusterView, node string) []check.Checker {
+func (m *kubeProxyModel) checkers(t *testing.T, v *clusterview.View, node string) []check.Checker {
 	t.Helper()
 	m.view, m.node = v, node
-	_, _ = v.svcInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	v.AddServiceHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if s, ok := obj.(*corev1.Service); ok {
 				m.mu.Lock()

@@ -26,9 +26,9 @@ import (
 
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
-	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
-
+	"github.com/ipvs-guard/ipvs-guard/pkg/clusterview"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
+	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 )
 
 // requestLog counts the requests a client sends, by method, with status codes.
@@ -176,7 +176,7 @@ type agentOptions struct {
 	// metallb watches ServiceL2Status through a dynamic client.
 	metallb bool
 	// real, when set, adds real checkers built over the agent's view.
-	real func(v *ClusterView) []check.Checker
+	real func(v *clusterview.View) []check.Checker
 	// userAgent, when set, is the agent's client's User-Agent (the audit log names it).
 	userAgent string
 	// peers, when set, is the agent's peers Service (--peers-service).
@@ -195,7 +195,7 @@ func startAgent(t *testing.T, s *apiservertest.Server, node string, o agentOptio
 	if o.metallb {
 		dyn = dynamic.NewForConfigOrDie(cfg)
 	}
-	view := NewClusterView(node, cs, dyn, metadata.NewForConfigOrDie(cfg))
+	view := clusterview.New(node, cs, dyn, metadata.NewForConfigOrDie(cfg))
 	view.UsePeersService(o.peers)
 	recorder := kube.NewRecorder(cs, nodestatus.ReportingController)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -22,6 +22,7 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
 	"github.com/ipvs-guard/ipvs-guard/internal/peerstest"
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck/shard"
+	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 )
 
 // lbServiceWithIPs creates a LoadBalancer Service holding n ingress IPs
@@ -180,7 +181,7 @@ func TestMACNamingWithoutNodeWatch(t *testing.T) {
 	}
 	for n, m := range map[string]string{"node-b": "02:00:00:00:00:0b", "node-c": "02:00:00:00:00:0c"} {
 		if _, err := admin.CoreV1().Nodes().Patch(ctx, n, types.MergePatchType,
-			[]byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"{\"eth0\":\"%s\"}"}}}`, MACsAnnotation, m)), metav1.PatchOptions{}); err != nil {
+			[]byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"{\"eth0\":\"%s\"}"}}}`, nodestatus.MACsAnnotation, m)), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -218,7 +218,7 @@ func TestRBACAndAdmissionPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.SetConditions([]nodestatus.Condition{{Type: nodestatus.StrictARPDisabled, Status: nodestatus.StatusTrue, Reason: "ArpIgnoreNotStrict", Message: "arp_ignore=0."}})
-	m.SetAnnotation(MACsAnnotation, `{"eth0":"02:00:00:00:00:0a"}`)
+	m.SetAnnotation(nodestatus.MACsAnnotation, `{"eth0":"02:00:00:00:00:0a"}`)
 	if err := m.Sync(ctx); err != nil {
 		t.Fatalf("publishing as the agent: %v", err)
 	}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/clusterview"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube/kubetest"
 )
@@ -54,8 +55,8 @@ func TestLoopRunsWhileTheAPIServerNeverAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := NewClusterView("n", cs, dyn, nil)
-	v.discoveryTimeout = 100 * time.Millisecond
+	v := clusterview.New("n", cs, dyn, nil)
+	v.SetTimeouts(100*time.Millisecond, clusterview.InformerStopTimeout)
 	var runs atomic.Int64
 	c := check.Func{CheckName: check.NameModules, Fn: func(context.Context) (check.Result, error) {
 		runs.Add(1)
@@ -91,9 +92,9 @@ func TestRunStopsWhileAnInformerDoesNot(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	cs := fake.NewClientset()
-	v := NewClusterView("n", kubetest.FromClientset(cs), nil, metaOf(cs))
-	v.stopTimeout = 200 * time.Millisecond
-	v.informers.add(cache.NewSharedIndexInformer(blockingListWatch{release}, &corev1.Service{}, 0, cache.Indexers{}))
+	v := clusterview.New("n", kubetest.FromClientset(cs), nil, nil)
+	v.SetTimeouts(clusterview.DiscoveryTimeout, 200*time.Millisecond)
+	v.AddInformer(cache.NewSharedIndexInformer(blockingListWatch{release}, &corev1.Service{}, 0, cache.Indexers{}))
 	a, err := New(Config{NodeName: "n", Checkers: []check.Checker{&scriptedCheck{name: check.NameModules, seq: []scripted{{status: check.StatusOK}}}},
 		Publisher: &recordingPublisher{}, View: v, ResyncPeriod: time.Hour})
 	if err != nil {

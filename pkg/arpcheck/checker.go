@@ -200,19 +200,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	for i := range targets {
 		targets[i].IP = targets[i].IP.Unmap()
 	}
-	c.mu.Lock()
-	c.runs++
-	run := c.runs
-	// The IPs probed longest ago (or never) go first: they are the ones a
-	// run short of time leaves out.
-	perm := make([]int, len(targets))
-	for i := range perm {
-		perm[i] = i
-	}
-	slices.SortStableFunc(perm, func(a, b int) int {
-		return cmp.Compare(c.probedIn[targets[a].IP], c.probedIn[targets[b].IP])
-	})
-	c.mu.Unlock()
+	run, perm := c.startRun(targets)
 
 	cutoff := c.cutoff(ctx, start)
 	rctx := ctx
@@ -228,12 +216,60 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	oroutes, orouteErrs := c.routes(rctx, ordered)
 	routesTook := time.Since(start)
 
+	order, unprobed, late := groupByRoute(logger, targets, perm, oroutes, orouteErrs)
+	if len(order) == 0 && len(unprobed) > 0 {
+		return check.Result{}, fmt.Errorf("no IP could be probed: %s", strings.Join(unprobed, "; "))
+	}
+
+	if len(order) > 0 {
+		if err := c.probeAll(ctx, order, cutoff); err != nil {
+			return check.Result{}, err
+		}
+	}
+
+	findings, probed := c.judge(ctx, targets, order, late)
+	carried, never := c.keepLatest(run, targets, findings, probed, late)
+	c.forget(targets)
+	if carried+never > 0 {
+		logger.Info("The ARP check's deadline came before every IP was probed; the rest go first next run",
+			"ips", len(targets), "probedNow", len(targets)-carried-never-len(unprobed), "latestVerdictKept", carried, "neverProbed", never, "routeLookups", routesTook, "took", time.Since(start))
+	}
+	if carried == 0 && never > 0 && !slices.Contains(probed, true) {
+		return check.Result{}, fmt.Errorf("no IP could be probed before the check's deadline: %d IP(s), route lookups took %v", never, routesTook.Round(time.Millisecond))
+	}
+
+	res, problems := summarize(findings, probed, unprobed, carried, never)
+	logger.V(2).Info("ARP/NDP check done", "ips", len(res.Findings), "problems", problems, "unprobed", len(unprobed))
+	return res, nil
+}
+
+// startRun numbers a run and orders its targets: perm lists their indexes
+// with the IPs probed longest ago (or never) first, the ones a run short of
+// time leaves out.
+func (c *Checker) startRun(targets []Target) (run uint64, perm []int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.runs++
+	perm = make([]int, len(targets))
+	for i := range perm {
+		perm[i] = i
+	}
+	slices.SortStableFunc(perm, func(a, b int) int {
+		return cmp.Compare(c.probedIn[targets[a].IP], c.probedIn[targets[b].IP])
+	})
+	return c.runs, perm
+}
+
+// groupByRoute puts the targets (in perm's order, with the route found for
+// each: routes[j] is targets[perm[j]]'s) into one group per egress
+// interface and family, in the order of their first IP. It returns as well
+// the IPs without a usable route, each with why, and which targets the
+// route lookups had no time for (late).
+func groupByRoute(logger klog.Logger, targets []Target, perm []int, routes []Route, errs []error) (order []*group, unprobed []string, late []bool) {
 	groups := map[groupKey]*group{}
-	var order []*group
-	var unprobed []string
-	late := make([]bool, len(targets)) // no time to probe it in this run
+	late = make([]bool, len(targets)) // no time to probe it in this run
 	for j, i := range perm {
-		t, rt, err := targets[i], oroutes[j], orouteErrs[j]
+		t, rt, err := targets[i], routes[j], errs[j]
 		if errors.Is(err, errOutOfTime) {
 			late[i] = true
 			continue
@@ -253,18 +289,15 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		g.ips = append(g.ips, t.IP)
 		g.targets = append(g.targets, i)
 	}
-	if len(order) == 0 && len(unprobed) > 0 {
-		return check.Result{}, fmt.Errorf("no IP could be probed: %s", strings.Join(unprobed, "; "))
-	}
+	return order, unprobed, late
+}
 
-	if len(order) > 0 {
-		if err := c.probeAll(ctx, order, cutoff); err != nil {
-			return check.Result{}, err
-		}
-	}
-
-	findings := make([]Finding, len(targets))
-	probed := make([]bool, len(targets))
+// judge gives the finding of every target the probes observed; one
+// without an observation (no request went out before the deadline) is
+// marked late.
+func (c *Checker) judge(ctx context.Context, targets []Target, order []*group, late []bool) (findings []Finding, probed []bool) {
+	findings = make([]Finding, len(targets))
+	probed = make([]bool, len(targets))
 	for _, g := range order {
 		for _, i := range g.targets {
 			o, ok := g.obs[targets[i].IP]
@@ -276,9 +309,15 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 			probed[i] = true
 		}
 	}
-	// What this run had no time for keeps its latest verdict.
-	carried, never := 0, 0
+	return findings, probed
+}
+
+// keepLatest records this run's findings and gives what this run had no
+// time for its latest verdict: carried counts those, never the late IPs
+// that have none.
+func (c *Checker) keepLatest(run uint64, targets []Target, findings []Finding, probed, late []bool) (carried, never int) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	for i, t := range targets {
 		switch {
 		case probed[i]:
@@ -293,16 +332,14 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 			}
 		}
 	}
-	c.mu.Unlock()
-	c.forget(targets)
-	if carried+never > 0 {
-		logger.Info("The ARP check's deadline came before every IP was probed; the rest go first next run",
-			"ips", len(targets), "probedNow", len(targets)-carried-never-len(unprobed), "latestVerdictKept", carried, "neverProbed", never, "routeLookups", routesTook, "took", time.Since(start))
-	}
-	if carried == 0 && never > 0 && !slices.Contains(probed, true) {
-		return check.Result{}, fmt.Errorf("no IP could be probed before the check's deadline: %d IP(s), route lookups took %v", never, routesTook.Round(time.Millisecond))
-	}
+	return carried, never
+}
 
+// summarize builds the result from the findings of the probed targets, the
+// IPs not probed (no route) and how many kept their latest verdict
+// (carried) or have none yet (never); it also returns how many findings
+// are problems.
+func summarize(findings []Finding, probed []bool, unprobed []string, carried, never int) (check.Result, int) {
 	res := check.Result{Name: check.NameARP, Status: check.StatusOK, Reason: ReasonAnswered}
 	var problems []string
 	worst := ResultAnswered
@@ -318,7 +355,6 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 			}
 		}
 	}
-	n := len(res.Findings)
 	if len(problems) == 0 {
 		// No count: it changes with every LoadBalancer Service sharded here.
 		res.Message = fmt.Sprintf("every IP this node probes answered %s by exactly one MAC", methods(findings, probed, false))
@@ -338,8 +374,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	case carried > 0:
 		res.Message = "the check's deadline came before every IP was probed in one run (the latest verdict stands for the rest, probed first next run); " + res.Message
 	}
-	logger.V(2).Info("ARP/NDP check done", "ips", n, "problems", len(problems), "unprobed", len(unprobed))
-	return res, nil
+	return res, len(problems)
 }
 
 // errOutOfTime is the cause of the route lookups' context once the run's

@@ -34,6 +34,14 @@ const (
 	NameARP        = "arp"
 )
 
+// Names of the advisory checks (docs/design.md §3b): they feed no Node condition.
+const (
+	// NameIPVSSysctls judges the IPVS sysctls and timeouts.
+	NameIPVSSysctls = "ipvs-sysctls"
+	// NameConntrack watches the netfilter connection table's use.
+	NameConntrack = "conntrack"
+)
+
 // Finding is one observation of a check, rendered as a line in the text report,
 // marshalled as an object in the JSON report and published as metrics through
 // its [State].

@@ -10,14 +10,15 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 
-	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpsysctl"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/clusterview"
 	"github.com/ipvs-guard/ipvs-guard/pkg/distro"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvssysctl"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
@@ -72,7 +73,7 @@ type Cluster struct {
 	// arp check probes its LoadBalancer IPs. Nil (diagnose), they list
 	// through Client, and the arp check probes the LoadBalancer IPs of a
 	// view Build lists once through Client and Dynamic.
-	View *agent.ClusterView
+	View *clusterview.View
 	// Dynamic reads MetalLB's ServiceL2Status for the one-shot view; nil
 	// with no View leaves the arp check to ProbeIPs.
 	Dynamic dynamic.Interface
@@ -87,7 +88,7 @@ type Cluster struct {
 }
 
 // Build returns the checks in report order: modules, kube-proxy, ipvs,
-// arp-sysctls, arp. The only I/O it does is the one-shot listing of the
+// arp-sysctls, arp, then the advisory checks ipvs-sysctls and conntrack. The only I/O it does is the one-shot listing of the
 // cluster for the arp check (Cluster with Dynamic and no View, no
 // ProbeIPs); when that fails, the arp check reports the error on every run
 // and the other checks are built as usual.
@@ -99,6 +100,9 @@ func Build(ctx context.Context, cfg Config) ([]check.Checker, error) {
 	b.add(ipvscheck.NewChecker(ipvscheck.Config{IPVS: ipvs.New(cfg.Root), ReadLink: kubeproxy.ReadLink, KubeProxy: s.kubeProxy, Cluster: s.services, NodeName: cfg.NodeName, Scheduler: s.schedulers.Resolve, Distro: s.distro, Settle: cfg.Settle, IPVSUse: s.use.Use}))
 	b.add(arpsysctl.NewChecker(arpsysctl.Config{Root: cfg.Root, Interfaces: s.interfaces, ReadLink: kubeproxy.ReadLink, LoadBalancerIPs: s.lbIPs, KubeProxy: s.kubeProxy, Distro: s.distro, IPVSUse: s.use.Use}))
 	b.add(arpChecker(ctx, cfg))
+	// The advisory checks (docs/design.md §3b): no Node condition.
+	b.add(ipvssysctl.NewChecker(ipvssysctl.Config{Root: cfg.Root, Timeouts: ipvs.New(cfg.Root), IPVSUse: s.use.Use}), nil)
+	b.add(ipvssysctl.NewConntrackChecker(cfg.Root), nil)
 	return b.checkers, b.err
 }
 
@@ -204,12 +208,12 @@ func arpChecker(ctx context.Context, cfg Config) (check.Checker, error) {
 
 // listOnce fills a view of the cluster (Services, this Node, MetalLB's
 // ServiceL2Status) with one listing; its informers stop when it returns.
-func listOnce(ctx context.Context, node string, c *Cluster) (*agent.ClusterView, error) {
+func listOnce(ctx context.Context, node string, c *Cluster) (*clusterview.View, error) {
 	timeout := c.ListTimeout
 	if timeout == 0 {
 		timeout = DefaultListTimeout
 	}
-	view := agent.NewClusterView(node, c.Client, c.Dynamic, c.Metadata)
+	view := clusterview.New(node, c.Client, c.Dynamic, c.Metadata)
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := view.Sync(sctx); err != nil {

@@ -19,16 +19,15 @@ import (
 	metadatafake "k8s.io/client-go/metadata/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/clusterview"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
-
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube/kubetest"
 )
 
 func fakeDynamic() *dynamicfake.FakeDynamicClient {
 	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{agent.ServiceL2StatusGVR: "ServiceL2StatusList"})
+		map[schema.GroupVersionResource]string{clusterview.ServiceL2StatusGVR: "ServiceL2StatusList"})
 }
 
 // fakeMetadata serves Node metadata (none) for the one-shot view.
@@ -101,7 +100,7 @@ func TestBuild(t *testing.T) {
 		{
 			name: "the agent's view is never listed by Build",
 			cluster: func(cs *fake.Clientset) *Cluster {
-				return &Cluster{Client: kubetest.FromClientset(cs), View: agent.NewClusterView("node-a", kubetest.FromClientset(cs), fakeDynamic(), fakeMetadata()), ShardK: 3}
+				return &Cluster{Client: kubetest.FromClientset(cs), View: clusterview.New("node-a", kubetest.FromClientset(cs), fakeDynamic(), fakeMetadata()), ShardK: 3}
 			},
 			prepare: failServices,
 		},

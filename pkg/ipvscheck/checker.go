@@ -134,15 +134,9 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		}
 	}
 	if clusterErr != nil {
-		link, err := c.cfg.ReadLink(kubeproxy.DummyInterface)
-		if err != nil {
+		if findings, err = c.compareSchedulers(logger, table, sched); err != nil {
 			return check.Result{}, err
 		}
-		onLink := map[netip.Addr]bool{}
-		for _, a := range link.Addrs {
-			onLink[a] = true
-		}
-		findings = c.settled(logger, CompareSchedulers(table, func(k ipvs.Key) bool { return onLink[k.Address] }, sched))
 		if len(findings) == 0 {
 			reason, why := ReasonNoKubeconfig, "comparing with Services needs --kubeconfig"
 			if clusterErr != errNoCluster {
@@ -153,19 +147,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 			return res, nil
 		}
 	} else {
-		expected := ExpectedVirtualServers(svcs, nil, c.cfg.NodeName)
-		expected = onlyFamilies(expected, table)
-		c.countReadyEndpoints(ctx, logger, expected, svcs, table)
-		findings = c.settled(logger, Compare(expected, table, sched))
-		noReal := 0
-		for _, f := range findings {
-			if f.Problem == ProblemNoRealServers {
-				noReal++
-			}
-		}
-		nExpected, nServices := len(expected), len(svcs)
-		sum.VirtualServersWithoutRealServers = &noReal
-		sum.Expected, sum.Services = &nExpected, &nServices
+		findings = c.compareWithServices(ctx, logger, svcs, table, sched, &sum)
 	}
 	res.Findings = append(res.Findings, sum)
 	for _, f := range findings {
@@ -177,6 +159,48 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		return res, nil
 	}
 	res.Status = check.StatusProblem
+	res.Reason, res.Message, res.Remediation = c.describe(findings, sched, schedNote)
+	return res, nil
+}
+
+// compareSchedulers is the check without Services: the virtual servers of
+// the addresses on kube-ipvs0 must use sched (settled findings only).
+func (c *Checker) compareSchedulers(logger klog.Logger, table ipvs.Table, sched string) ([]Finding, error) {
+	link, err := c.cfg.ReadLink(kubeproxy.DummyInterface)
+	if err != nil {
+		return nil, err
+	}
+	onLink := map[netip.Addr]bool{}
+	for _, a := range link.Addrs {
+		onLink[a] = true
+	}
+	return c.settled(logger, CompareSchedulers(table, func(k ipvs.Key) bool { return onLink[k.Address] }, sched)), nil
+}
+
+// compareWithServices compares the table with the virtual servers svcs
+// make kube-proxy program on this node (settled findings only) and adds
+// the counts to sum.
+func (c *Checker) compareWithServices(ctx context.Context, logger klog.Logger, svcs []*corev1.Service, table ipvs.Table, sched string, sum *Summary) []Finding {
+	expected := ExpectedVirtualServers(svcs, nil, c.cfg.NodeName)
+	expected = onlyFamilies(expected, table)
+	c.countReadyEndpoints(ctx, logger, expected, svcs, table)
+	findings := c.settled(logger, Compare(expected, table, sched))
+	noReal := 0
+	for _, f := range findings {
+		if f.Problem == ProblemNoRealServers {
+			noReal++
+		}
+	}
+	nExpected, nServices := len(expected), len(svcs)
+	sum.VirtualServersWithoutRealServers = &noReal
+	sum.Expected, sum.Services = &nExpected, &nServices
+	return findings
+}
+
+// describe gives the reason (the first kind of problem found, in the order
+// missing, no real servers, scheduler mismatch), the message (at most
+// maxNamed virtual servers of each kind) and the remediation of findings.
+func (c *Checker) describe(findings []Finding, sched, schedNote string) (reason, message string, steps []check.Step) {
 	counts := map[string][]string{}
 	for _, f := range findings {
 		counts[f.Problem] = append(counts[f.Problem], f.String())
@@ -186,8 +210,8 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		if len(counts[p]) == 0 {
 			continue
 		}
-		if res.Reason == "" {
-			res.Reason = map[string]string{ProblemMissing: ReasonVirtualServerMissing, ProblemNoRealServers: ReasonNoRealServers, ProblemSchedulerMismatch: ReasonSchedulerMismatch}[p]
+		if reason == "" {
+			reason = map[string]string{ProblemMissing: ReasonVirtualServerMissing, ProblemNoRealServers: ReasonNoRealServers, ProblemSchedulerMismatch: ReasonSchedulerMismatch}[p]
 		}
 		named := counts[p]
 		more := ""
@@ -199,9 +223,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		}
 		parts = append(parts, strings.Join(named, "; ")+more)
 	}
-	res.Message = strings.Join(parts, "; ") + " (" + schedNote + ")"
-	res.Remediation = c.remediation(counts, sched)
-	return res, nil
+	return reason, strings.Join(parts, "; ") + " (" + schedNote + ")", c.remediation(counts, sched)
 }
 
 // countReadyEndpoints sets ReadyEndpoints on the expected virtual servers

@@ -42,6 +42,12 @@ type Config struct {
 	ClusterCIDR string `json:"clusterCIDR"`
 	// MetricsBindAddress is where kube-proxy serves /metrics, /proxyMode and /configz.
 	MetricsBindAddress string `json:"metricsBindAddress"`
+	// HealthzBindAddress is where kube-proxy serves /healthz and /livez
+	// (empty: its default 0.0.0.0:10256).
+	HealthzBindAddress string `json:"healthzBindAddress"`
+	// SyncPeriod is the internal struct's sync period (up to Kubernetes
+	// 1.35's /configz); from 1.36 it is IPVS.SyncPeriod in IPVS mode.
+	SyncPeriod Duration `json:"syncPeriod"`
 }
 
 // IPVSConfig is kube-proxy's IPVS configuration.
@@ -53,6 +59,8 @@ type IPVSConfig struct {
 	StrictARP bool `json:"strictARP"`
 	// ExcludeCIDRs are CIDRs kube-proxy leaves alone when cleaning IPVS rules.
 	ExcludeCIDRs []string `json:"excludeCIDRs"`
+	// SyncPeriod is the IPVS proxier's --ipvs-sync-period (0: unknown).
+	SyncPeriod Duration `json:"syncPeriod"`
 }
 
 // EffectiveMode returns the mode kube-proxy runs in when configured with

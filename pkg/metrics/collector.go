@@ -87,6 +87,92 @@ type Collector struct {
 	reconcileErrors       *prometheus.Desc
 	reconcileLastSuccess  *prometheus.Desc
 	reconcileLastDuration *prometheus.Desc
+
+	dataPlane dataPlaneDescs
+}
+
+// dataPlaneDescs are the families of kube-proxy's sync freshness and of the
+// advisory checks (docs/design.md §3b).
+type dataPlaneDescs struct {
+	kpLastSync       *prometheus.Desc
+	kpLastQueued     *prometheus.Desc
+	kpSyncStale      *prometheus.Desc
+	kpHealthTimeout  *prometheus.Desc
+	advisory         *prometheus.Desc
+	sysctlValue      *prometheus.Desc
+	conntrackEntries *prometheus.Desc
+	conntrackMax     *prometheus.Desc
+}
+
+func newDataPlaneDescs(d func(sub, name, help string, labels ...string) *prometheus.Desc) dataPlaneDescs {
+	return dataPlaneDescs{
+		kpLastSync: d("kube_proxy", "sync_last_timestamp_seconds",
+			"Unix time kube-proxy last synced its rules, by IP family, as its /metrics reports (kubeproxy_sync_proxy_rules_last_timestamp_seconds).",
+			"ip_family"),
+		kpLastQueued: d("kube_proxy", "sync_last_queued_timestamp_seconds",
+			"Unix time kube-proxy last queued a sync of its rules (a Service or endpoint change), by IP family; later than the last sync means an update waits.",
+			"ip_family"),
+		kpSyncStale: d("kube_proxy", "sync_stale",
+			"Whether an update has waited longer than kube-proxy's health timeout with no sync since (1) or not (0), by IP family (kube-proxy in IPVS mode only).",
+			"ip_family"),
+		kpHealthTimeout: d("kube_proxy", "health_timeout_seconds",
+			"kube-proxy's health timeout: twice its sync period, from /configz."),
+		advisory: d("", "advisory",
+			"An advisory finding is present (always 1; absent when not): a setting that risks traffic without breaking it now. severity is info or warning.",
+			"check", "advisory", "severity"),
+		sysctlValue: d("", "sysctl_value",
+			"Value of a sysctl an advisory check judges (net.ipv4.vs.*, net.ipv4.tcp_keepalive_time), or of an IPVS timeout in seconds (ipvs.timeout.tcp, ipvs.timeout.tcpfin, ipvs.timeout.udp).",
+			"sysctl"),
+		conntrackEntries: d("conntrack", "entries",
+			"Number of entries in the netfilter connection tracking table (net.netfilter.nf_conntrack_count)."),
+		conntrackMax: d("conntrack", "max",
+			"Size limit of the netfilter connection tracking table (net.netfilter.nf_conntrack_max); at the limit, packets of new connections are dropped."),
+	}
+}
+
+func (d dataPlaneDescs) all() []*prometheus.Desc {
+	return []*prometheus.Desc{d.kpLastSync, d.kpLastQueued, d.kpSyncStale, d.kpHealthTimeout, d.advisory, d.sysctlValue, d.conntrackEntries, d.conntrackMax}
+}
+
+// collectDataPlane exposes kube-proxy's sync freshness and the advisory checks' state.
+func (c *Collector) collectDataPlane(st nodeState, gauge func(d *prometheus.Desc, v float64, labels ...string)) {
+	d := c.dataPlane
+	var timeout float64
+	for _, fam := range sortedKeys(st.kpSync) {
+		k := st.kpSync[fam]
+		if k.LastSyncSeconds > 0 {
+			gauge(d.kpLastSync, k.LastSyncSeconds, fam)
+		}
+		if k.LastQueuedSeconds > 0 {
+			gauge(d.kpLastQueued, k.LastQueuedSeconds, fam)
+		}
+		gauge(d.kpSyncStale, boolValue(k.Stale), fam)
+		timeout = max(timeout, k.HealthTimeoutSeconds)
+	}
+	if timeout > 0 {
+		gauge(d.kpHealthTimeout, timeout)
+	}
+	keys := make([][2]string, 0, len(st.advisories))
+	for k := range st.advisories {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i][0] != keys[j][0] {
+			return keys[i][0] < keys[j][0]
+		}
+		return keys[i][1] < keys[j][1]
+	})
+	for _, k := range keys {
+		a := st.advisories[k]
+		gauge(d.advisory, 1, a.Check, a.Advisory, a.Severity)
+	}
+	for _, name := range sortedKeys(st.sysctls) {
+		gauge(d.sysctlValue, st.sysctls[name], name)
+	}
+	if ct := st.conntrack; ct != nil {
+		gauge(d.conntrackEntries, ct.Entries)
+		gauge(d.conntrackMax, ct.Max)
+	}
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -102,8 +188,9 @@ func newCollector(snapshot func() Snapshot, info version.Info) *Collector {
 		return prometheus.NewDesc(prometheus.BuildFQName(namespace, sub, name), help, labels, nil)
 	}
 	return &Collector{
-		snapshot: snapshot,
-		info:     info,
+		snapshot:  snapshot,
+		info:      info,
+		dataPlane: newDataPlaneDescs(d),
 		buildInfo: d("", "build_info",
 			"Build information of the running ipvs-guard binary; the value is always 1.",
 			"version", "commit", "build_date", "go_version", "platform"),
@@ -172,6 +259,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	} {
 		ch <- d
 	}
+	for _, d := range c.dataPlane.all() {
+		ch <- d
+	}
 }
 
 // Collect implements prometheus.Collector.
@@ -227,6 +317,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.moduleAvailable, boolValue(m.Available), name)
 		gauge(c.moduleStale, boolValue(m.Stale), name)
 	}
+	c.collectDataPlane(st, gauge)
 	keys := make([][2]string, 0, len(st.arp))
 	for k := range st.arp {
 		keys = append(keys, k)

@@ -35,7 +35,9 @@ var (
 	// ErrNotSupported: module loading is not available on this platform.
 	ErrNotSupported = errors.New("module loading is not supported on this platform")
 	// ErrInstallCommand: modprobe.d replaces the module's loading with an
-	// install command, which ipvs-guard never runs.
+	// install command, which ipvs-guard never runs (the usual
+	// "modprobe --ignore-install <module>" wrapper is followed instead: the
+	// module itself is loaded).
 	ErrInstallCommand = errors.New("modprobe.d has an install command for it, which ipvs-guard does not run")
 	// ErrBlacklisted: modprobe.d (or modprobe.blacklist= on the kernel
 	// command line) blacklists the module; ipvs-guard never loads it, by
@@ -437,7 +439,11 @@ func (l *NativeLoader) insertTree(ctx context.Context, name string, visiting map
 	if l.blacklist[name] {
 		return fmt.Errorf("loading %s: %w (blacklisted in %s)", name, ErrBlacklisted, l.conf.BlacklistFile[name])
 	}
-	if cmd, ok := l.install[name]; ok {
+	if cmd, ok := l.install[name]; ok && !ignoresInstall(cmd, name) {
+		// The usual "modprobe --ignore-install <module>" wrapper still
+		// loads the module itself, so it is loaded here as the boot-time
+		// check already accepts; any other install command replaces
+		// loading, and running it is not this loader's job.
 		return fmt.Errorf("loading %s: %w (install %s %s in %s)", name, ErrInstallCommand, name, cmd, l.conf.InstallFile[name])
 	}
 	e, err := l.ix.Entry(name)

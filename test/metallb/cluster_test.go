@@ -40,7 +40,8 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/internal/peerstest"
 	"github.com/ipvs-guard/ipvs-guard/internal/proc"
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
-	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
+	"github.com/ipvs-guard/ipvs-guard/pkg/clusterview"
+	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 )
 
 // agentPort is where each agent serves /metrics on its node's eth0 address.
@@ -185,8 +186,8 @@ func newClusterGuest(t testing.TB, ctx context.Context, names, speakerNodes []st
 		c.waitFor("every agent publishes its MACs on its Node", waitLong, func() (bool, string) {
 			for _, n := range c.order {
 				node, err := c.kube.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
-				if err != nil || node.Annotations[agent.MACsAnnotation] == "" {
-					return false, fmt.Sprintf("node %s: no %s annotation (%v)", n, agent.MACsAnnotation, err)
+				if err != nil || node.Annotations[nodestatus.MACsAnnotation] == "" {
+					return false, fmt.Sprintf("node %s: no %s annotation (%v)", n, nodestatus.MACsAnnotation, err)
 				}
 			}
 			return true, ""
@@ -403,7 +404,7 @@ func (c *cluster) deleteService(name string, ip netip.Addr) {
 
 // l2Status returns the node MetalLB's ServiceL2Status names for a Service ("" when none).
 func (c *cluster) l2Status(svc string) string {
-	list, err := c.dyn.Resource(agent.ServiceL2StatusGVR).Namespace(metallbtest.Namespace).List(c.ctx, metav1.ListOptions{})
+	list, err := c.dyn.Resource(clusterview.ServiceL2StatusGVR).Namespace(metallbtest.Namespace).List(c.ctx, metav1.ListOptions{})
 	if err != nil {
 		c.t.Fatal(err)
 	}

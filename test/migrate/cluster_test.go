@@ -40,7 +40,7 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/internal/metallbtest"
 	"github.com/ipvs-guard/ipvs-guard/internal/proc"
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
-	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
+	"github.com/ipvs-guard/ipvs-guard/pkg/clusterview"
 )
 
 const (
@@ -528,7 +528,7 @@ func (c *cluster) service() {
 
 // l2Status returns the node MetalLB's ServiceL2Status names for the Service.
 func (c *cluster) l2Status() string {
-	list, err := c.dyn.Resource(agent.ServiceL2StatusGVR).Namespace(metallbtest.Namespace).List(c.ctx, metav1.ListOptions{})
+	list, err := c.dyn.Resource(clusterview.ServiceL2StatusGVR).Namespace(metallbtest.Namespace).List(c.ctx, metav1.ListOptions{})
 	if err != nil {
 		return ""
 	}

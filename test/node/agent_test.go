@@ -28,7 +28,6 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/internal/ipvsguardtest"
 	"github.com/ipvs-guard/ipvs-guard/internal/nodevm"
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
-	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube/kubetest"
@@ -141,7 +140,7 @@ func TestDebianNodeAgentReboot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nodestatus.Remove(ctx, nodestatus.NewClient(kubetest.FromClientset(cs)), n, []string{agent.MACsAnnotation}); err != nil {
+	if _, err := nodestatus.Remove(ctx, nodestatus.NewClient(kubetest.FromClientset(cs)), n, []string{nodestatus.MACsAnnotation}); err != nil {
 		t.Fatal(err)
 	}
 	removed := time.Now().Truncate(time.Second) // conditions carry whole seconds

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package clusterview
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
+	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 )
 
 // How the MAC directory reads Node annotations on demand. Per agent and
@@ -64,7 +65,7 @@ type nodeMACs struct {
 }
 
 // macDirectory names ARP responders from the MACs each agent publishes on its
-// own Node (MACsAnnotation), reading Node metadata only when a probe needs
+// own Node (nodestatus.MACsAnnotation), reading Node metadata only when a probe needs
 // it: the announcer's MACs once an IP answered, and every Node when a MAC
 // nobody is known to own answers. No Node is watched, so kubelets' status
 // reports cost the agent nothing. Safe for concurrent use; the API is read
@@ -107,11 +108,11 @@ func (d *macDirectory) set(node string, macs map[string]string, t time.Time) {
 
 // published decodes a Node's annotation; nil when absent or malformed.
 func published(m *metav1.PartialObjectMetadata) map[string]string {
-	raw, ok := m.Annotations[MACsAnnotation]
+	raw, ok := m.Annotations[nodestatus.MACsAnnotation]
 	if !ok {
 		return nil
 	}
-	macs, err := DecodeMACs(raw)
+	macs, err := nodestatus.DecodeMACs(raw)
 	if err != nil {
 		return nil
 	}

@@ -2,7 +2,7 @@
 
 //go:build apiserver
 
-package agent
+package clusterview
 
 import (
 	"context"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package clusterview
 
 import (
 	"errors"
@@ -31,7 +31,7 @@ import (
 // (MetalLB ≥ 0.14; one object per Service, status only).
 var ServiceL2StatusGVR = schema.GroupVersionResource{Group: "metallb.io", Version: "v1beta1", Resource: "servicel2statuses"}
 
-// ErrNotSynced is returned by ClusterView while its informer caches have not
+// ErrNotSynced is returned by View while its informer caches have not
 // completed their first list (for example while the API server is down at start).
 var ErrNotSynced = errors.New("cluster state not synced yet")
 
@@ -57,13 +57,14 @@ type LoadBalancerIngress struct {
 	Contenders []string
 }
 
-// ClusterView is a read-only view of the cluster state checks need, served
+// View is a read-only view of the cluster state checks need, served
 // from informer caches (no API request per call). It keeps answering from the
 // last known state while the API server is down. Safe for concurrent use.
 //
-// Build it with NewClusterView before the checkers (the ARP checker's targets
-// read it), hand it to the Agent in Config.View; Agent.Run starts its informers.
-type ClusterView struct {
+// Build it with New before the checkers (the ARP checker's targets
+// read it) and hand it to the agent loop (agent.Config.View), whose Run
+// starts its informers; a one-shot caller fills it with Sync.
+type View struct {
 	nodeName       string
 	client         kube.Interface
 	dyn            dynamic.Interface
@@ -84,10 +85,10 @@ type ClusterView struct {
 
 	// discoveryTimeout bounds the discovery read for MetalLB's CRD and
 	// stopTimeout the wait for the informers to stop (DiscoveryTimeout,
-	// InformerStopTimeout; fields for tests).
+	// InformerStopTimeout; SetTimeouts changes them).
 	discoveryTimeout, stopTimeout time.Duration
 
-	// l2StartMu serialises startL2 (the ServiceL2Status informer starts once).
+	// l2StartMu serialises StartL2 (the ServiceL2Status informer starts once).
 	l2StartMu sync.Mutex
 	// mu guards l2 and l2Synced, set once the ServiceL2Status CRD is found.
 	mu       sync.RWMutex
@@ -118,7 +119,7 @@ var nodesResource = corev1.SchemeGroupVersion.WithResource("nodes")
 // agents' own peers Service) has no virtual server and no LoadBalancer IP.
 const NotHeadlessServices = "spec.clusterIP!=" + corev1.ClusterIPNone
 
-// NewClusterView sets up (without starting) the informers the agent reads
+// New sets up (without starting) the informers the agent reads
 // the cluster through; what each watches, and why (see docs/scale.md
 // for the cost):
 //
@@ -133,13 +134,13 @@ const NotHeadlessServices = "spec.clusterIP!=" + corev1.ClusterIPNone
 //     (peers.go).
 //   - MetalLB's ServiceL2Status through dyn, when the CRD exists.
 //
-// No other Node is watched: the MACs other agents publish in MACsAnnotation
+// No other Node is watched: the MACs other agents publish in nodestatus.MACsAnnotation
 // are read through meta (metadata only) when a probe needs them
 // (nodemacs.go). No EndpointSlice is watched either: the few Services whose
 // endpoints a verdict depends on are read when needed (endpoints.go).
 // Caches keep only what is read (no managed fields, no other annotations)
 // and no index.
-func NewClusterView(nodeName string, client kube.Interface, dyn dynamic.Interface, meta metadata.Interface) *ClusterView {
+func New(nodeName string, client kube.Interface, dyn dynamic.Interface, meta metadata.Interface) *View {
 	svc := kube.NewInformer(client.Services(metav1.NamespaceAll), &corev1.Service{},
 		kube.InformerOptions{Transform: stripService, Client: client,
 			Tweak: func(o *metav1.ListOptions) { o.FieldSelector = NotHeadlessServices }})
@@ -148,7 +149,7 @@ func NewClusterView(nodeName string, client kube.Interface, dyn dynamic.Interfac
 			Tweak: func(o *metav1.ListOptions) {
 				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", nodeName).String()
 			}})
-	v := &ClusterView{
+	v := &View{
 		nodeName: nodeName, client: client, dyn: dyn,
 		svcInformer: svc, nodeInformer: own,
 		services: corelisters.NewServiceLister(svc.GetIndexer()), servicesSynced: svc.HasSynced,
@@ -166,12 +167,37 @@ func NewClusterView(nodeName string, client kube.Interface, dyn dynamic.Interfac
 	return v
 }
 
-// start starts every informer but ServiceL2Status's (startL2 does).
-func (v *ClusterView) start(stop <-chan struct{}) { v.informers.start(stop) }
+// Start starts every informer but ServiceL2Status's (StartL2 does) until
+// stop is closed.
+func (v *View) Start(stop <-chan struct{}) { v.informers.start(stop) }
 
-// shutdown waits for every informer to stop (call after stopping them), at
-// most stopTimeout (see InformerStopTimeout); it reports whether they all did.
-func (v *ClusterView) shutdown() bool { return v.informers.wait(v.stopTimeout) }
+// Shutdown waits for every informer to stop (call after stopping them), at
+// most StopTimeout (see InformerStopTimeout); it reports whether they all did.
+func (v *View) Shutdown() bool { return v.informers.wait(v.stopTimeout) }
+
+// StopTimeout is how long Shutdown waits (InformerStopTimeout unless SetTimeouts changed it).
+func (v *View) StopTimeout() time.Duration { return v.stopTimeout }
+
+// SetTimeouts replaces DiscoveryTimeout and InformerStopTimeout for this
+// view (tests shorten them). Call it before Start.
+func (v *View) SetTimeouts(discovery, stop time.Duration) {
+	v.discoveryTimeout, v.stopTimeout = discovery, stop
+}
+
+// AddInformer runs inf with the view's own informers: Start starts it and
+// Shutdown waits for it. Call it before Start.
+func (v *View) AddInformer(inf cache.SharedIndexInformer) { v.informers.add(inf) }
+
+// AddServiceHandler adds h to the Services informer (every Service but
+// headless ones, all types): the loop wakes the checks that read them.
+func (v *View) AddServiceHandler(h cache.ResourceEventHandler) {
+	_, _ = v.svcInformer.AddEventHandler(h)
+}
+
+// AddNodeHandler adds h to the informer of the agent's own Node.
+func (v *View) AddNodeHandler(h cache.ResourceEventHandler) {
+	_, _ = v.nodeInformer.AddEventHandler(h)
+}
 
 // informerSet runs informers once each and waits for them to stop.
 type informerSet struct {
@@ -212,14 +238,14 @@ func (s *informerSet) wait(timeout time.Duration) bool {
 	}
 }
 
-func (v *ClusterView) setL2(l cache.GenericLister, synced cache.InformerSynced) {
+func (v *View) setL2(l cache.GenericLister, synced cache.InformerSynced) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.l2, v.l2Synced = l, synced
 }
 
 // HasSynced reports whether every informer behind the view completed its first list.
-func (v *ClusterView) HasSynced() bool {
+func (v *View) HasSynced() bool {
 	if v == nil || !v.servicesSynced() || !v.nodesSynced() || !v.peers.hasSynced() {
 		return false
 	}
@@ -229,17 +255,17 @@ func (v *ClusterView) HasSynced() bool {
 }
 
 // HasServiceL2Status reports whether MetalLB's ServiceL2Status CRD was found.
-func (v *ClusterView) HasServiceL2Status() bool {
+func (v *View) HasServiceL2Status() bool {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	return v.l2 != nil
 }
 
 // NodeName returns the agent's own node name.
-func (v *ClusterView) NodeName() string { return v.nodeName }
+func (v *View) NodeName() string { return v.nodeName }
 
 // Node returns the agent's own Node from the cache.
-func (v *ClusterView) Node() (*corev1.Node, error) {
+func (v *View) Node() (*corev1.Node, error) {
 	if v == nil {
 		return nil, ErrNotSynced
 	}
@@ -255,7 +281,7 @@ func (v *ClusterView) Node() (*corev1.Node, error) {
 
 // Services returns every Service in the cache (all types). Callers must not
 // modify the returned objects.
-func (v *ClusterView) Services() ([]*corev1.Service, error) {
+func (v *View) Services() ([]*corev1.Service, error) {
 	if v == nil || !v.servicesSynced() {
 		return nil, ErrNotSynced
 	}
@@ -265,7 +291,7 @@ func (v *ClusterView) Services() ([]*corev1.Service, error) {
 // LoadBalancerIngresses returns every ingress IP of every LoadBalancer
 // Service, sorted by IP, with the announcing node from ServiceL2Status when
 // that CRD exists.
-func (v *ClusterView) LoadBalancerIngresses() ([]LoadBalancerIngress, error) {
+func (v *View) LoadBalancerIngresses() ([]LoadBalancerIngress, error) {
 	svcs, err := v.Services()
 	if err != nil {
 		return nil, err
@@ -321,7 +347,7 @@ func (a announcer) add(node string, ifaces []string) announcer {
 
 func sortedSet(s ...string) []string { return slices.Compact(slices.Sorted(slices.Values(s))) }
 
-func (v *ClusterView) announcers() map[types.NamespacedName]announcer {
+func (v *View) announcers() map[types.NamespacedName]announcer {
 	v.mu.RLock()
 	l := v.l2
 	v.mu.RUnlock()

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package clusterview
 
 import (
 	"unique"
@@ -12,10 +12,11 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
 )
 
-// The cache transforms below replace each Service and EndpointSlice with a
-// new object that holds only what the checks read. Every node caches every
-// Service and EndpointSlice of the cluster, so their size is most of the
-// agent's heap: with 5,000 of each, the fields dropped here (selectors, IP
+// The transforms below replace each Service and EndpointSlice with a new
+// object that holds only what the checks read. Every node caches every
+// Service of the cluster, and keeps the EndpointSlices it reads on demand
+// (endpoints.go), so their size is most of the agent's heap: with 5,000 of
+// each, the fields dropped here (selectors, IP
 // families, affinity, node ports, target ports, conditions, endpoint
 // targets, hints, zones, UIDs, managed fields, annotations) and the strings
 // shared here (namespaces, port names, node names, the enum values of every
@@ -215,4 +216,17 @@ func boolPtr(b *bool) *bool {
 	default:
 		return &condFalse
 	}
+}
+
+// stripNode keeps metadata (annotations carry MACs), spec and conditions;
+// images and volumes are the bulk of a Node and are never read.
+func stripNode(obj any) (any, error) {
+	if n, ok := obj.(*corev1.Node); ok {
+		n.ManagedFields = nil
+		delete(n.Annotations, corev1.LastAppliedConfigAnnotation)
+		n.Status.Images = nil
+		n.Status.VolumesInUse = nil
+		n.Status.VolumesAttached = nil
+	}
+	return obj, nil
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package clusterview
 
 import (
 	"context"
@@ -16,9 +16,9 @@ import (
 // resync sends no LIST to the API server and keeps working from the last
 // known state while it is down, and the EndpointSlices of the few Services
 // the check asks for on demand.
-func (v *ClusterView) IPVSCluster() ipvscheck.Cluster { return viewCluster{v} }
+func (v *View) IPVSCluster() ipvscheck.Cluster { return viewCluster{v} }
 
-type viewCluster struct{ v *ClusterView }
+type viewCluster struct{ v *View }
 
 var _ ipvscheck.Cluster = viewCluster{}
 

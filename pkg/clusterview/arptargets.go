@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package clusterview
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 // is probed by k nodes (the agent); with k <= 0 every IP is probed (a one-shot diagnose).
 // Which IPs are this node's is remembered per set of peers, so a run hashes
 // only IPs it has not seen with the current peers.
-func (v *ClusterView) ARPTargets(k int) arpcheck.TargetSource {
+func (v *View) ARPTargets(k int) arpcheck.TargetSource {
 	return func(ctx context.Context) ([]arpcheck.Target, error) {
 		ings, err := v.LoadBalancerIngresses()
 		if err != nil {
@@ -57,4 +57,4 @@ func (v *ClusterView) ARPTargets(k int) arpcheck.TargetSource {
 
 // MACDirectory names ARP responders and announcers' MACs from the Node
 // annotations agents publish, read on demand (an arpcheck.Directory).
-func (v *ClusterView) MACDirectory() arpcheck.Directory { return v.macs }
+func (v *View) MACDirectory() arpcheck.Directory { return v.macs }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package clusterview
 
 import (
 	"context"
@@ -15,13 +15,13 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 )
 
-// startL2 starts the ServiceL2Status informer once discovery shows MetalLB's
+// StartL2 starts the ServiceL2Status informer once discovery shows MetalLB's
 // CRD (it may be installed after the agent starts, so callers retry on each
 // resync); onChange, when not nil, is called on every change. It is a no-op
 // once the informer runs or when the view has no dynamic client. The
 // discovery read takes DiscoveryTimeout at most; the informer runs until
 // ctx ends.
-func (v *ClusterView) startL2(ctx context.Context, onChange func()) {
+func (v *View) StartL2(ctx context.Context, onChange func()) {
 	if v.dyn == nil {
 		return
 	}
@@ -68,9 +68,9 @@ func (v *ClusterView) startL2(ctx context.Context, onChange func()) {
 // Sync fills the view once for a one-shot caller such as `diagnose`: it
 // starts the informers (stopped when ctx ends), looks for MetalLB's
 // ServiceL2Status, and waits until every cache holds its first list.
-func (v *ClusterView) Sync(ctx context.Context) error {
-	v.start(ctx.Done())
-	v.startL2(ctx, nil)
+func (v *View) Sync(ctx context.Context) error {
+	v.Start(ctx.Done())
+	v.StartL2(ctx, nil)
 	if !cache.WaitForCacheSync(ctx.Done(), v.HasSynced) {
 		return fmt.Errorf("listing Services, Nodes and ServiceL2Statuses: %w", context.Cause(ctx))
 	}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package clusterview
 
 import (
 	"fmt"
@@ -73,7 +73,7 @@ func newPeerSet(self string, client kube.Interface, svc types.NamespacedName) *p
 // the headless Service svc in svc's namespace (see peerSet); the zero name
 // keeps this node alone. Call it once, before the informers start
 // (Agent.Run, Sync).
-func (v *ClusterView) UsePeersService(svc types.NamespacedName) {
+func (v *View) UsePeersService(svc types.NamespacedName) {
 	v.peers = newPeerSet(v.nodeName, v.client, svc)
 	if v.peers.informer != nil {
 		v.informers.add(v.peers.informer)
@@ -97,6 +97,11 @@ func stripPeerSlice(obj any) (any, error) {
 
 func (p *peerSet) hasSynced() bool { return p.synced == nil || p.synced() }
 
+// OnPeersChange calls f on every change of the peers Service's
+// EndpointSlices (never without a peers Service): a peer that comes, goes
+// or turns unready moves shares of the IPs. Call it after UsePeersService.
+func (v *View) OnPeersChange(f func()) { v.peers.onChange(f) }
+
 // onChange calls f on every change of the peers' slices (nil: never).
 func (p *peerSet) onChange(f func()) {
 	if p.informer == nil {
@@ -115,7 +120,7 @@ func (p *peerSet) onChange(f func()) {
 // always this node. This node counts even before its own pod is ready or
 // seen: it then probes its share while the others still cover it too (more
 // probes, never fewer). Without a peers Service it is this node alone.
-func (v *ClusterView) Peers() ([]string, error) {
+func (v *View) Peers() ([]string, error) {
 	if v == nil {
 		return nil, ErrNotSynced
 	}

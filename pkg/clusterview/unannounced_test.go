@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package clusterview
 
 import (
 	"context"
@@ -46,9 +46,9 @@ func TestUnannounced(t *testing.T) {
 	}}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{ServiceL2StatusGVR: "ServiceL2StatusList"})
-	v := NewClusterView("a", kubetest.FromClientset(cs), dyn, metaOf(cs))
+	v := New("a", kubetest.FromClientset(cs), dyn, metaOf(cs))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer v.shutdown()
+	defer v.Shutdown()
 	defer cancel()
 	if err := v.Sync(ctx); err != nil {
 		t.Fatal(err)
@@ -78,9 +78,9 @@ func TestUnannounced(t *testing.T) {
 
 	// Without MetalLB's ServiceL2Status CRD nothing can be said.
 	plainCS := fake.NewClientset(lbService("default", "web", "192.0.2.20"))
-	plain := NewClusterView("a", kubetest.FromClientset(plainCS), nil, metaOf(plainCS))
+	plain := New("a", kubetest.FromClientset(plainCS), nil, metaOf(plainCS))
 	pctx, pcancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer plain.shutdown()
+	defer plain.Shutdown()
 	defer pcancel()
 	if err := plain.Sync(pctx); err != nil {
 		t.Fatal(err)

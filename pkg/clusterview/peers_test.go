@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package clusterview
 
 import (
 	"context"
@@ -77,14 +77,14 @@ func TestPeersFromEndpointSlices(t *testing.T) {
 	elsewhere := peersSlice("kube-system", "peers", "y")
 	cs := fake.NewClientset(peersSlice("ipvs-guard", "peers", "c", "b"), second, other, elsewhere)
 	logged := captureKlog(t) // before any informer runs: klog's logger is not swapped under them
-	v := NewClusterView("a", kubetest.FromClientset(cs), nil, nil)
+	v := New("a", kubetest.FromClientset(cs), nil, nil)
 	v.UsePeersService(types.NamespacedName{Namespace: "ipvs-guard", Name: "peers"})
 	if _, err := v.Peers(); err == nil {
 		t.Error("peers before the informer synced")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	v.start(ctx.Done())
-	defer v.shutdown()
+	v.Start(ctx.Done())
+	defer v.Shutdown()
 	defer cancel()
 	if !cache.WaitForCacheSync(ctx.Done(), v.HasSynced) {
 		t.Fatal("caches did not sync")

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package clusterview
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 // endpoint and a running speaker may, otherwise only a node an
 // L2Advertisement of the IP's pool selects (nodeSelectors) and whose
 // speaker has the interfaces the advertisement names.
-func (v *ClusterView) Unannounced(ctx context.Context, in LoadBalancerIngress) string {
+func (v *View) Unannounced(ctx context.Context, in LoadBalancerIngress) string {
 	if in.AnnouncingNode != "" || len(in.Contenders) > 0 || !v.HasServiceL2Status() {
 		return ""
 	}
@@ -42,7 +42,7 @@ func (v *ClusterView) Unannounced(ctx context.Context, in LoadBalancerIngress) s
 
 // readyEndpointNodes returns the sorted nodes of a Service's ready
 // endpoints, read on demand (at most once per EndpointsTTL per Service).
-func (v *ClusterView) readyEndpointNodes(ctx context.Context, ns, name string) []string {
+func (v *View) readyEndpointNodes(ctx context.Context, ns, name string) []string {
 	eps, err := v.unannouncedEndpoints.get(ctx, []string{ns + "/" + name})
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("Cannot read the EndpointSlices of an unannounced LoadBalancer Service", "service", ns+"/"+name, "err", err)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package clusterview
 
 import (
 	"context"
@@ -63,10 +63,10 @@ func TestSyncAndARPTargets(t *testing.T) {
 		l2Status("l2-web", "b", "default", "web"),
 		l2Status("l2-mine", "a", "default", "mine"),
 	)
-	v := NewClusterView("a", kubetest.FromClientset(cs), dyn, metaOf(cs))
+	v := New("a", kubetest.FromClientset(cs), dyn, metaOf(cs))
 	v.UsePeersService(types.NamespacedName{Namespace: "ipvs-guard", Name: "peers"})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer v.shutdown()
+	defer v.Shutdown()
 	defer cancel()
 	if err := v.Sync(ctx); err != nil {
 		t.Fatalf("Sync: %v", err)
@@ -184,11 +184,11 @@ func TestARPTargetsFollowWithdrawal(t *testing.T) {
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	views := map[string]*ClusterView{}
+	views := map[string]*View{}
 	for _, n := range nodes {
-		v := NewClusterView(n, kubetest.FromClientset(cs), dyn, metaOf(cs))
+		v := New(n, kubetest.FromClientset(cs), dyn, metaOf(cs))
 		v.UsePeersService(types.NamespacedName{Namespace: "ipvs-guard", Name: "peers"})
-		defer v.shutdown()
+		defer v.Shutdown()
 		if err := v.Sync(ctx); err != nil {
 			t.Fatalf("Sync %s: %v", n, err)
 		}
@@ -280,9 +280,9 @@ func TestARPTargetsWhileMetalLBMovesAnIP(t *testing.T) {
 			}
 			dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 				map[schema.GroupVersionResource]string{ServiceL2StatusGVR: "ServiceL2StatusList"}, objs...)
-			v := NewClusterView(tt.self, kubetest.FromClientset(cs), dyn, metaOf(cs))
+			v := New(tt.self, kubetest.FromClientset(cs), dyn, metaOf(cs))
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer v.shutdown()
+			defer v.Shutdown()
 			defer cancel()
 			if err := v.Sync(ctx); err != nil {
 				t.Fatalf("Sync: %v", err)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package clusterview
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 )
 
 // fakeNodeMeta serves Node metadata from annotations (node → MACs JSON)
@@ -30,7 +32,7 @@ func (f *fakeNodeMeta) Get(_ context.Context, name string, _ metav1.GetOptions, 
 	if !ok {
 		return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "nodes"}, name)
 	}
-	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{MACsAnnotation: v}}}, nil
+	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{nodestatus.MACsAnnotation: v}}}, nil
 }
 
 func (f *fakeNodeMeta) List(_ context.Context, o metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
@@ -47,7 +49,7 @@ func (f *fakeNodeMeta) List(_ context.Context, o metav1.ListOptions) (*metav1.Pa
 	end := min(len(names), start+int(o.Limit))
 	out := &metav1.PartialObjectMetadataList{}
 	for _, n := range names[start:end] {
-		out.Items = append(out.Items, metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: n, Annotations: map[string]string{MACsAnnotation: f.macs[n]}}})
+		out.Items = append(out.Items, metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: n, Annotations: map[string]string{nodestatus.MACsAnnotation: f.macs[n]}}})
 	}
 	if end < len(names) {
 		out.Continue = strconv.Itoa(end)

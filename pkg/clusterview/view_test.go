@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package clusterview
 
 import (
 	"context"
@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
-
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube/kubetest"
+	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 )
 
 func lbService(ns, name string, ips ...string) *corev1.Service {
@@ -34,7 +34,7 @@ func lbService(ns, name string, ips ...string) *corev1.Service {
 func node(name string, ready bool, macs string) *corev1.Node {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{}}}
 	if macs != "" {
-		n.Annotations[MACsAnnotation] = macs
+		n.Annotations[nodestatus.MACsAnnotation] = macs
 	}
 	st := corev1.ConditionFalse
 	if ready {
@@ -54,13 +54,13 @@ func TestClusterView(t *testing.T) {
 		node("b", true, `{"eth0":"02:00:00:00:00:0b","eth1":"02:00:00:00:01:0b"}`),
 		node("c", false, `not json`),
 	)
-	v := NewClusterView("a", kubetest.FromClientset(cs), nil, metaOf(cs))
+	v := New("a", kubetest.FromClientset(cs), nil, metaOf(cs))
 	if _, err := v.LoadBalancerIngresses(); !errors.Is(err, ErrNotSynced) {
 		t.Errorf("before sync: %v, want ErrNotSynced", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	v.start(ctx.Done())
-	defer v.shutdown() // after cancel: Shutdown waits for the informers to stop
+	v.Start(ctx.Done())
+	defer v.Shutdown() // after cancel: Shutdown waits for the informers to stop
 	defer cancel()
 	if !cache.WaitForCacheSync(ctx.Done(), v.HasSynced) {
 		t.Fatal("caches did not sync")
@@ -98,16 +98,6 @@ func metaOf(cs *fake.Clientset) metadata.Interface {
 		}
 	}
 	return metadatafake.NewSimpleMetadataClient(scheme, out...)
-}
-
-func TestMACsRoundTrip(t *testing.T) {
-	enc := EncodeMACs(map[string]string{"eth1": "02:00:00:00:00:0B", "eth0": "02:00:00:00:00:0a"})
-	if enc != `{"eth0":"02:00:00:00:00:0a","eth1":"02:00:00:00:00:0b"}` {
-		t.Errorf("EncodeMACs = %s", enc)
-	}
-	if _, err := DecodeMACs("{"); err == nil {
-		t.Error("DecodeMACs accepted malformed input")
-	}
 }
 
 // TestStripKeepsWhatChecksRead: the cache transforms drop what no check
