@@ -23,6 +23,25 @@ type State struct {
 	// ARP is the verdict of one probe of a LoadBalancer IP
 	// (ipvs_guard_arp_*).
 	ARP *ARPState
+	// Readiness is one finding of the nftables-readiness report
+	// (ipvs_guard_nftables_readiness_findings).
+	Readiness *ReadinessState
+	// Leftover is one thing IPVS mode left behind (ipvs_guard_ipvs_leftovers).
+	Leftover *LeftoverState
+}
+
+// ReadinessState is one finding of the nftables-readiness report.
+type ReadinessState struct {
+	// Kind is the finding's kind (kernel-version, nft-expression, …).
+	Kind string
+	// Severity is blocker, change or info.
+	Severity string
+}
+
+// LeftoverState is one thing IPVS mode left on the node.
+type LeftoverState struct {
+	// Kind is kube-ipvs0, virtual-server, ipset, sysctl or modules-load-file.
+	Kind string
 }
 
 // ModuleState is the state of one required kernel module.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -53,6 +54,36 @@ type IPVSConfig struct {
 	StrictARP bool `json:"strictARP"`
 	// ExcludeCIDRs are CIDRs kube-proxy leaves alone when cleaning IPVS rules.
 	ExcludeCIDRs []string `json:"excludeCIDRs"`
+	// TCPTimeout, TCPFinTimeout and UDPTimeout are the IPVS connection
+	// timeouts kube-proxy sets (0 leaves the kernel's).
+	TCPTimeout    Duration `json:"tcpTimeout"`
+	TCPFinTimeout Duration `json:"tcpFinTimeout"`
+	UDPTimeout    Duration `json:"udpTimeout"`
+}
+
+// Duration is a kube-proxy duration: a Go duration string ("900s", the
+// v1alpha1 form) or a number of nanoseconds (an internal struct). Anything
+// else decodes as zero rather than failing the whole configuration: a
+// timeout is never worth losing the mode and scheduler.
+type Duration struct {
+	// D is the duration.
+	D time.Duration
+}
+
+// UnmarshalJSON implements json.Unmarshaler leniently.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		if v, err := time.ParseDuration(s); err == nil {
+			d.D = v
+		}
+		return nil
+	}
+	var n int64
+	if json.Unmarshal(b, &n) == nil {
+		d.D = time.Duration(n)
+	}
+	return nil
 }
 
 // EffectiveMode returns the mode kube-proxy runs in when configured with

@@ -2,7 +2,10 @@
 
 package nftready
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // The nf_tables features kube-proxy's nftables ruleset uses, in the order
 // the probe tries them. Stable: they name the expression in findings.
@@ -72,3 +75,6 @@ type ProberFunc func(ctx context.Context) ([]ProbeResult, error)
 
 // Probe implements Prober.
 func (f ProberFunc) Probe(ctx context.Context) ([]ProbeResult, error) { return f(ctx) }
+
+// errPrereq is the error of a feature whose prerequisite the kernel refused.
+var errPrereq = errors.New("not tried")

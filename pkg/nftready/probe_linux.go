@@ -5,7 +5,6 @@ package nftready
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/netip"
 	"runtime"
@@ -115,9 +114,6 @@ type prober struct {
 	done                      map[string]error
 	svcA, svcB, endpointChain *nftables.Chain
 }
-
-// errPrereq is the error of a feature whose prerequisite the kernel refused.
-var errPrereq = errors.New("not tried")
 
 func (p *prober) prereq(name string) error {
 	if err := p.done[name]; err != nil {
