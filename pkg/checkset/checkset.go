@@ -21,6 +21,7 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
+	"github.com/ipvs-guard/ipvs-guard/pkg/nftready"
 )
 
 // DefaultListTimeout bounds the one-shot listing of the cluster (Services,
@@ -60,6 +61,29 @@ type Config struct {
 	// kube-proxy's lag behind a Service change is no problem on every
 	// node); nil reports every finding at once (diagnose).
 	Settle *check.Settler
+	// TargetMode adds the readiness report for a move to that proxy mode
+	// (diagnose --target-mode); "nftables" is the only one. Empty adds it
+	// only when ReadinessInterval is set.
+	TargetMode string
+	// ReadinessInterval adds the nftables-readiness check, run for real at
+	// most this often (the agent: an advisory published as metrics); 0
+	// adds it only when TargetMode asks.
+	ReadinessInterval time.Duration
+	// RemoveOwnLeftovers lets the ipvs-leftovers check remove the
+	// modules-load.d file ipvs-guard wrote, once kube-proxy runs another
+	// mode (chart value nftablesMigration.removeOwnLeftovers).
+	RemoveOwnLeftovers bool
+}
+
+// TargetModeNFTables is the one --target-mode there is.
+const TargetModeNFTables = kubeproxy.ModeNFTables
+
+// ValidateTargetMode refuses a --target-mode no readiness report exists for.
+func ValidateTargetMode(m string) error {
+	if m != "" && m != TargetModeNFTables {
+		return fmt.Errorf("unknown target mode %q: the one supported is %s", m, TargetModeNFTables)
+	}
+	return nil
 }
 
 // Cluster is the cluster access of the cluster-aware checks.
@@ -87,18 +111,39 @@ type Cluster struct {
 }
 
 // Build returns the checks in report order: modules, kube-proxy, ipvs,
-// arp-sysctls, arp. The only I/O it does is the one-shot listing of the
+// arp-sysctls, arp, ipvs-leftovers, and nftables-readiness when
+// TargetMode or ReadinessInterval asks for it. The only I/O it does is the one-shot listing of the
 // cluster for the arp check (Cluster with Dynamic and no View, no
 // ProbeIPs); when that fails, the arp check reports the error on every run
 // and the other checks are built as usual.
 func Build(ctx context.Context, cfg Config) ([]check.Checker, error) {
 	s := newShared(cfg)
+	table := ipvs.New(cfg.Root) // one netlink socket for every check reading the IPVS table
 	var b builder
 	b.add(modules.NewChecker(modules.Config{Root: cfg.Root, SchedulerFunc: s.scheduler, Remediate: cfg.Remediate, Loader: cfg.Loader, Distro: s.distro, IPVSUse: s.use.Use}), nil)
 	b.add(kubeproxy.NewChecker(kubeproxy.CheckerConfig{Client: s.kubeProxy, ReadLink: kubeproxy.ReadLink, FallbackVersion: s.kubeProxyVersion, Scheduler: cfg.Scheduler, Distro: s.distro}))
-	b.add(ipvscheck.NewChecker(ipvscheck.Config{IPVS: ipvs.New(cfg.Root), ReadLink: kubeproxy.ReadLink, KubeProxy: s.kubeProxy, Cluster: s.services, NodeName: cfg.NodeName, Scheduler: s.schedulers.Resolve, Distro: s.distro, Settle: cfg.Settle, IPVSUse: s.use.Use}))
+	b.add(ipvscheck.NewChecker(ipvscheck.Config{IPVS: table, ReadLink: kubeproxy.ReadLink, KubeProxy: s.kubeProxy, Cluster: s.services, NodeName: cfg.NodeName, Scheduler: s.schedulers.Resolve, Distro: s.distro, Settle: cfg.Settle, IPVSUse: s.use.Use}))
 	b.add(arpsysctl.NewChecker(arpsysctl.Config{Root: cfg.Root, Interfaces: s.interfaces, ReadLink: kubeproxy.ReadLink, LoadBalancerIPs: s.lbIPs, KubeProxy: s.kubeProxy, Distro: s.distro, IPVSUse: s.use.Use}))
 	b.add(arpChecker(ctx, cfg))
+	b.add(nftready.NewLeftoversChecker(nftready.LeftoversConfig{Root: cfg.Root, IPVSUse: s.use.Use, ReadLink: kubeproxy.ReadLink,
+		IPVS: table, IPSets: nftready.HostIPSets, RemoveOwn: cfg.RemoveOwnLeftovers}), nil)
+	if cfg.TargetMode == TargetModeNFTables || cfg.ReadinessInterval > 0 {
+		var c check.Checker = nftready.NewReadinessChecker(nftready.ReadinessConfig{
+			Host:            nftready.HostSources(cfg.Root),
+			Prober:          nftready.NetNSProber{},
+			MayLoadModules:  cfg.Remediate,
+			KubeProxy:       s.kubeProxy,
+			FallbackVersion: s.kubeProxyVersion,
+			IPVS:            table,
+			Cluster:         s.services,
+			NodeName:        cfg.NodeName,
+			Distro:          s.distro,
+		})
+		if cfg.ReadinessInterval > 0 {
+			c = check.NewEvery(c, cfg.ReadinessInterval, nil)
+		}
+		b.add(c, nil)
+	}
 	return b.checkers, b.err
 }
 

@@ -170,4 +170,3 @@ func HostIPSets() ([]string, error) {
 	}
 	return out, nil
 }
-

@@ -57,7 +57,9 @@ type Leftover struct {
 func (l Leftover) String() string { return l.Kind + ": " + l.Message }
 
 // State publishes the leftover's kind.
-func (l Leftover) State() check.State { return check.State{Leftover: &check.LeftoverState{Kind: l.Kind}} }
+func (l Leftover) State() check.State {
+	return check.State{Leftover: &check.LeftoverState{Kind: l.Kind}}
+}
 
 // IPSetLister lists the names of the node's ipsets; it is only called when
 // the ip_set module is loaded (asking otherwise would make the kernel load
@@ -294,7 +296,6 @@ func (c *LeftoversChecker) declarationFile(ctx context.Context) (*Leftover, []st
 	}
 	return l, nil, nil
 }
-
 
 var (
 	limitSysctl          = hostfs.Limit{Kind: "a sysctl", Max: 4 << 10}

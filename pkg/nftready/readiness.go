@@ -623,5 +623,3 @@ func (c *ReadinessChecker) calico(r *report, links []Link) {
 		fmt.Sprintf("Calico runs on this node (%s): calico-node reads kube-proxy's mode only at start, so it keeps programming for IPVS after the switch until restarted", obj),
 		check.Step{"After kube-proxy runs in nftables mode on the node, restart calico-node there (kubectl -n calico-system delete pod -l k8s-app=calico-node --field-selector spec.nodeName=<node>), and set Felix's dataplane to nftables if Calico should follow."})
 }
-
-
