@@ -20,12 +20,15 @@ type nodeState struct {
 	strictARP      *bool
 	virtualServers *int
 	withoutReal    *int
+	readiness      map[[2]string]int // kind, severity → findings
+	leftovers      map[string]int    // kind → leftovers
 }
 
 // stateOf merges the typed state the findings of results publish
 // ([check.Finding.State]).
 func stateOf(results ...check.Result) nodeState {
-	st := nodeState{modules: map[string]check.ModuleState{}, arp: map[[2]string]check.ARPState{}}
+	st := nodeState{modules: map[string]check.ModuleState{}, arp: map[[2]string]check.ARPState{},
+		readiness: map[[2]string]int{}, leftovers: map[string]int{}}
 	for _, r := range results {
 		for _, f := range r.Findings {
 			st.add(findingState(f))
@@ -50,6 +53,12 @@ func (st *nodeState) add(s check.State) {
 			v := *kp.StrictARP
 			st.strictARP = &v
 		}
+	}
+	if r := s.Readiness; r != nil && r.Kind != "" {
+		st.readiness[[2]string{r.Kind, r.Severity}]++
+	}
+	if l := s.Leftover; l != nil && l.Kind != "" {
+		st.leftovers[l.Kind]++
 	}
 	if t := s.IPVSTable; t != nil {
 		v := t.VirtualServers

@@ -42,8 +42,19 @@ func HostSources(root hostfs.Root) Host {
 		},
 		Modprobe: func() (*modules.ModprobeConfig, error) { return modules.ReadModprobeDirs(root) },
 		Loaded:   func() (map[string]bool, error) { return loadedModules(root) },
-		Links:    hostLinks,
-		Primary:  primaryAddrs,
+		Ships: func() (func(string) bool, error) {
+			rel, err := root.KernelRelease()
+			if err != nil {
+				return nil, err
+			}
+			ix, err := modules.ReadIndex(root, rel)
+			if err != nil || ix.DepMissing {
+				return nil, err
+			}
+			return ix.Ships, nil
+		},
+		Links:   hostLinks,
+		Primary: primaryAddrs,
 		Connections: func(fn func(Conn)) error {
 			f, err := root.OpenLimited("/proc/net/ip_vs_conn", limitConnTable)
 			if errors.Is(err, fs.ErrNotExist) {

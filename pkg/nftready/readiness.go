@@ -58,6 +58,10 @@ type Host struct {
 	// Loaded returns the modules loaded or built in; nil (no error) when
 	// the kernel has no loadable modules at all.
 	Loaded func() (map[string]bool, error)
+	// Ships reads the kernel's module index once and returns whether the
+	// kernel ships a module, as a file or built in; nil (no error) when it
+	// cannot tell (no modules.dep).
+	Ships func() (func(name string) bool, error)
 	// Links lists the interfaces and their addresses.
 	Links func() ([]Link, error)
 	// Primary returns the node's primary addresses (kube-proxy's
@@ -257,13 +261,12 @@ func (c *ReadinessChecker) probe(ctx context.Context, r *report, loaded map[stri
 		return
 	}
 	if len(missing) > 0 && !c.cfg.MayLoadModules && !disabled {
-		r.add(KindNFTExpression, SeverityInfo, strings.Join(missing, ","),
-			fmt.Sprintf("kube-proxy's nf_tables expressions not proven: building them would make the kernel load %s, and ipvs-guard loads no module unless asked to (diagnose --fix, or an agent with remediation enabled)", strings.Join(missing, ", ")))
+		c.shipped(r, missing, fmt.Sprintf("building them would make the kernel load %s, and ipvs-guard loads no module unless asked to (diagnose --fix, or an agent with remediation enabled)", strings.Join(missing, ", ")))
 		return
 	}
 	res, err := c.cfg.Prober.Probe(ctx)
 	if err != nil {
-		r.add(KindNFTExpression, SeverityInfo, "", fmt.Sprintf("kube-proxy's nf_tables expressions not proven: %v", err))
+		c.shipped(r, missing, err.Error())
 		return
 	}
 	for _, p := range res {
@@ -281,6 +284,31 @@ func (c *ReadinessChecker) probe(ctx context.Context, r *report, loaded map[stri
 	}
 	_ = loaded
 	klog.FromContext(ctx).V(4).Info("nf_tables probe done", "features", len(res))
+}
+
+// shipped stands in for the probe when it cannot run: a module the
+// kernel's index says it does not ship is a blocker, the rest is said to be
+// unproven, with why.
+func (c *ReadinessChecker) shipped(r *report, missing []string, why string) {
+	var ships func(string) bool
+	if c.cfg.Host.Ships != nil {
+		ships, _ = c.cfg.Host.Ships()
+	}
+	var absent []string
+	for _, m := range missing {
+		if ships != nil && !ships(m) {
+			absent = append(absent, m)
+		}
+	}
+	for _, m := range absent {
+		r.add(KindNFTExpression, SeverityBlocker, m, fmt.Sprintf("the kernel does not ship module %s (neither in modules.dep nor built in), which kube-proxy's nftables rules need", m),
+			check.Step{fmt.Sprintf("Install the distribution's full kernel modules package (it ships %s), or a kernel built with it.", m)})
+	}
+	msg := "kube-proxy's nf_tables expressions not proven by the kernel: " + why
+	if ships != nil && len(absent) == 0 {
+		msg += "; the kernel's module index lists every module they need"
+	}
+	r.add(KindNFTExpression, SeverityInfo, "", msg)
 }
 
 // parseKernel reads major.minor from a kernel release ("6.1.0-56-amd64").
