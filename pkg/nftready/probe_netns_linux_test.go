@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-//go:build (netns || guest) && linux
+//go:build netns && linux
 
 package nftready
 
