@@ -178,3 +178,52 @@ func uniqueSorted(in []string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestBuildMigrationChecks: ipvs-leftovers is always built; the
+// nftables-readiness report only for --target-mode nftables (run every
+// time) or with a readiness interval (the agent: run at most that often).
+func TestBuildMigrationChecks(t *testing.T) {
+	tests := []struct {
+		name          string
+		targetMode    string
+		interval      time.Duration
+		wantReadiness bool
+		wantEvery     bool
+	}{
+		{name: "plain diagnose"},
+		{name: "diagnose --target-mode nftables", targetMode: TargetModeNFTables, wantReadiness: true},
+		{name: "agent", interval: time.Hour, wantReadiness: true, wantEvery: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkers, err := Build(context.Background(), Config{Root: hostfs.New(t.TempDir()), NodeName: "n1",
+				KubeProxyMetricsAddress: "127.0.0.1:1", TargetMode: tt.targetMode, ReadinessInterval: tt.interval})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			var readiness check.Checker
+			for _, c := range checkers {
+				names = append(names, c.Name())
+				if c.Name() == check.NameNFTablesReadiness {
+					readiness = c
+				}
+			}
+			if !slices.Contains(names, check.NameIPVSLeftovers) {
+				t.Errorf("no %s check in %q", check.NameIPVSLeftovers, names)
+			}
+			if (readiness != nil) != tt.wantReadiness {
+				t.Fatalf("readiness built = %v, want %v (%q)", readiness != nil, tt.wantReadiness, names)
+			}
+			if _, every := readiness.(*check.Every); readiness != nil && every != tt.wantEvery {
+				t.Errorf("readiness throttled = %v, want %v", every, tt.wantEvery)
+			}
+		})
+	}
+	if err := ValidateTargetMode("iptables"); err == nil {
+		t.Error("--target-mode iptables accepted")
+	}
+	if err := ValidateTargetMode(""); err != nil {
+		t.Error(err)
+	}
+}
