@@ -128,9 +128,15 @@ func Build(ctx context.Context, cfg Config) ([]check.Checker, error) {
 	b.add(nftready.NewLeftoversChecker(nftready.LeftoversConfig{Root: cfg.Root, IPVSUse: s.use.Use, ReadLink: kubeproxy.ReadLink,
 		IPVS: table, IPSets: nftready.HostIPSets, RemoveOwn: cfg.RemoveOwnLeftovers}), nil)
 	if cfg.TargetMode == TargetModeNFTables || cfg.ReadinessInterval > 0 {
+		// The probe proves the running kernel: a captured tree (--root)
+		// is judged from its files alone.
+		var prober nftready.Prober
+		if cfg.Root.IsHost() {
+			prober = nftready.NetNSProber{}
+		}
 		var c check.Checker = nftready.NewReadinessChecker(nftready.ReadinessConfig{
 			Host:            nftready.HostSources(cfg.Root),
-			Prober:          nftready.NetNSProber{},
+			Prober:          prober,
 			MayLoadModules:  cfg.Remediate,
 			KubeProxy:       s.kubeProxy,
 			FallbackVersion: s.kubeProxyVersion,

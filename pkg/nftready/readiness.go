@@ -258,6 +258,7 @@ func (c *ReadinessChecker) blocked(r *report, conf *modules.ModprobeConfig, load
 // probe runs the prober when it may.
 func (c *ReadinessChecker) probe(ctx context.Context, r *report, loaded map[string]bool, missing []string, disabled bool) {
 	if c.cfg.Prober == nil {
+		c.shipped(r, missing, "no kernel probe for a captured host tree (--root): it would prove the running kernel, not the tree's")
 		return
 	}
 	if len(missing) > 0 && !c.cfg.MayLoadModules && !disabled {
