@@ -54,11 +54,14 @@ type IPVSConfig struct {
 	StrictARP bool `json:"strictARP"`
 	// ExcludeCIDRs are CIDRs kube-proxy leaves alone when cleaning IPVS rules.
 	ExcludeCIDRs []string `json:"excludeCIDRs"`
-	// TCPTimeout, TCPFinTimeout and UDPTimeout are the IPVS connection
-	// timeouts kube-proxy sets (0 leaves the kernel's).
-	TCPTimeout    Duration `json:"tcpTimeout"`
+	// TCPTimeout is the IPVS TCP session timeout kube-proxy sets (0
+	// leaves the kernel's).
+	TCPTimeout Duration `json:"tcpTimeout"`
+	// TCPFinTimeout is the IPVS timeout of TCP sessions after FIN (0
+	// leaves the kernel's).
 	TCPFinTimeout Duration `json:"tcpFinTimeout"`
-	UDPTimeout    Duration `json:"udpTimeout"`
+	// UDPTimeout is the IPVS UDP timeout (0 leaves the kernel's).
+	UDPTimeout Duration `json:"udpTimeout"`
 }
 
 // Duration is a kube-proxy duration: a Go duration string ("900s", the

@@ -21,8 +21,9 @@ type Conn struct {
 	Protocol ipvs.Protocol
 	// Client is the client's address and port.
 	Client netip.AddrPort
-	// VAddr and VPort are the virtual server's address and port.
+	// VAddr is the virtual server's address.
 	VAddr netip.Addr
+	// VPort is the virtual server's port.
 	VPort uint16
 	// Dest is the real server's address and port.
 	Dest netip.AddrPort
