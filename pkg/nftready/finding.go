@@ -24,33 +24,33 @@ const (
 
 // Readiness finding kinds, stable (JSON "kind", the metrics' kind label).
 const (
-	// KindKernelVersion is the kernel is older than 5.13 (or its release was not read).
+	// KindKernelVersion: the kernel is older than 5.13 (or its release was not read).
 	KindKernelVersion = "kernel-version"
-	// KindNFTExpression is an nf_tables expression kube-proxy uses, proved by the probe or the module index.
+	// KindNFTExpression: an nf_tables expression kube-proxy uses, proved by the probe or the module index.
 	KindNFTExpression = "nft-expression"
-	// KindModuleBlocked is modprobe.d blacklists an nf_tables module or replaces it with an install command.
+	// KindModuleBlocked: modprobe.d blacklists an nf_tables module or replaces it with an install command.
 	KindModuleBlocked = "module-blocked"
-	// KindModulesDisabled is kernel.modules_disabled stops the kernel from loading a needed module.
+	// KindModulesDisabled: kernel.modules_disabled stops the kernel from loading a needed module.
 	KindModulesDisabled = "modules-disabled"
-	// KindKubeProxyVersion is kube-proxy's (or RKE2's) release and its nftables mode.
+	// KindKubeProxyVersion: kube-proxy's (or RKE2's) release and its nftables mode.
 	KindKubeProxyVersion = "kube-proxy-version"
-	// KindScheduler is an IPVS scheduler other than rr (nftables picks endpoints at random).
+	// KindScheduler: an IPVS scheduler other than rr (nftables picks endpoints at random).
 	KindScheduler = "scheduler"
-	// KindIPVSTimeouts is IPVS tcpTimeout, tcpFinTimeout or udpTimeout, which nftables mode lacks.
+	// KindIPVSTimeouts: IPVS tcpTimeout, tcpFinTimeout or udpTimeout, which nftables mode lacks.
 	KindIPVSTimeouts = "ipvs-timeouts"
-	// KindExcludeCIDRs is ipvs.excludeCIDRs, which nftables mode lacks.
+	// KindExcludeCIDRs: ipvs.excludeCIDRs, which nftables mode lacks.
 	KindExcludeCIDRs = "exclude-cidrs"
-	// KindStrictARP is ipvs.strictARP, meaningless in nftables mode.
+	// KindStrictARP: ipvs.strictARP, meaningless in nftables mode.
 	KindStrictARP = "strict-arp"
-	// KindForeignVirtualServer is a virtual server of no Service, deleted by kube-proxy at the switch.
+	// KindForeignVirtualServer: a virtual server of no Service, deleted by kube-proxy at the switch.
 	KindForeignVirtualServer = "foreign-virtual-server"
-	// KindNodePortAddress is connections to a NodePort on an address that is not primary.
+	// KindNodePortAddress: connections to a NodePort on an address that is not primary.
 	KindNodePortAddress = "nodeport-address"
-	// KindServiceIPNotLocal is Service IPs on kube-ipvs0, which stop being local addresses.
+	// KindServiceIPNotLocal: Service IPs on kube-ipvs0, which stop being local addresses.
 	KindServiceIPNotLocal = "service-ip-not-local"
-	// KindNodeLocalDNS is NodeLocal DNSCache in its IPVS layout.
+	// KindNodeLocalDNS: NodeLocal DNSCache in its IPVS layout.
 	KindNodeLocalDNS = "nodelocaldns"
-	// KindCalico is a Calico node agent, to restart after the switch.
+	// KindCalico: a Calico node agent, to restart after the switch.
 	KindCalico = "calico"
 )
 

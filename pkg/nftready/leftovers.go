@@ -20,15 +20,15 @@ import (
 
 // Leftover kinds, stable (JSON "kind", the metrics' kind label).
 const (
-	// LeftoverKubeIPVS0 is the kube-ipvs0 dummy interface.
+	// LeftoverKubeIPVS0: the kube-ipvs0 dummy interface.
 	LeftoverKubeIPVS0 = "kube-ipvs0"
-	// LeftoverVirtualServer is an IPVS virtual server.
+	// LeftoverVirtualServer: an IPVS virtual server.
 	LeftoverVirtualServer = "virtual-server"
-	// LeftoverIPSet is a KUBE-* ipset.
+	// LeftoverIPSet: a KUBE-* ipset.
 	LeftoverIPSet = "ipset"
-	// LeftoverSysctl is the strict-ARP or net.ipv4.vs.* sysctls.
+	// LeftoverSysctl: the strict-ARP or net.ipv4.vs.* sysctls.
 	LeftoverSysctl = "sysctl"
-	// LeftoverModulesLoadFile is the modules-load.d file declaring the IPVS modules.
+	// LeftoverModulesLoadFile: the modules-load.d file declaring the IPVS modules.
 	LeftoverModulesLoadFile = "modules-load-file"
 )
 
