@@ -115,8 +115,10 @@ const maxVirtualServerFindings = 100
 // diagnose stays healthy on a migrated node and no Node condition moves;
 // the findings go to the report, the metrics and a warning alert.
 func (c *LeftoversChecker) Run(ctx context.Context) (check.Result, error) {
+	var use check.IPVSUse
 	if c.cfg.IPVSUse != nil {
-		if u := c.cfg.IPVSUse(ctx); u.Applies {
+		use = c.cfg.IPVSUse(ctx)
+		if u := use; u.Applies {
 			msg := "kube-proxy runs in IPVS mode: what IPVS mode sets up is in use, not left behind."
 			if u.Mode == "" {
 				msg = "kube-proxy's mode is not known, IPVS mode is assumed: nothing is reported as left behind. " + u.Message
@@ -163,7 +165,7 @@ func (c *LeftoversChecker) Run(ctx context.Context) (check.Result, error) {
 		}
 	}
 	out = append(out, c.sysctls(ipvsLoaded)...)
-	file, acts, err := c.declarationFile(ctx)
+	file, acts, err := c.declarationFile(ctx, use)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -272,7 +274,7 @@ func (c *LeftoversChecker) sysctls(ipvsLoaded bool) []Leftover {
 
 // declarationFile reports (and, when asked, removes) the modules-load.d
 // file ipvs-guard declared the IPVS modules in.
-func (c *LeftoversChecker) declarationFile(ctx context.Context) (*Leftover, []string, error) {
+func (c *LeftoversChecker) declarationFile(ctx context.Context, use check.IPVSUse) (*Leftover, []string, error) {
 	path := c.cfg.DeclarationFile
 	b, err := c.cfg.Root.ReadFile(path, limitDeclarationFile)
 	if errors.Is(err, os.ErrNotExist) {
@@ -282,7 +284,7 @@ func (c *LeftoversChecker) declarationFile(ctx context.Context) (*Leftover, []st
 		return nil, nil, fmt.Errorf("reading %s: %w", path, err)
 	}
 	own := modules.WrittenByIPVSGuard(b)
-	if own && c.cfg.RemoveOwn {
+	if own && c.cfg.RemoveOwn && !use.Assumed {
 		if err := os.Remove(c.cfg.Root.Path(path)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return &Leftover{Kind: LeftoverModulesLoadFile, Object: path, Message: fmt.Sprintf("%s (written by ipvs-guard) could not be removed: %v", path, err),
 				Remove: []string{"rm " + path}}, nil, nil
@@ -293,9 +295,12 @@ func (c *LeftoversChecker) declarationFile(ctx context.Context) (*Leftover, []st
 		return nil, []string{act}, nil
 	}
 	l := &Leftover{Kind: LeftoverModulesLoadFile, Object: path, Remove: []string{"rm " + path}}
-	if own {
+	switch {
+	case own && c.cfg.RemoveOwn:
+		l.Message = fmt.Sprintf("%s (written by ipvs-guard) still loads the IPVS modules at boot; it is kept while kube-proxy's mode is only assumed (%s)", path, use.Message)
+	case own:
 		l.Message = fmt.Sprintf("%s (written by ipvs-guard) still loads the IPVS modules at boot; the agent removes it when nftablesMigration.removeOwnLeftovers is true", path)
-	} else {
+	default:
 		l.Message = fmt.Sprintf("%s still declares IPVS modules for boot; lines other than ipvs-guard's are in it, so ipvs-guard leaves it to its owner", path)
 		l.Remove = []string{"edit " + path + "  # remove the ip_vs* and nf_conntrack lines no one needs any more"}
 	}

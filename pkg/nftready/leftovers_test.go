@@ -40,8 +40,11 @@ func writeTree(t *testing.T, files map[string]string) hostfs.Root {
 
 func mode(m string) check.IPVSUseFunc {
 	return func(context.Context) check.IPVSUse {
-		if m == "" {
-			return check.IPVSUse{Applies: true, Message: "kube-proxy not reachable: assuming IPVS mode"}
+		switch m {
+		case "":
+			return check.IPVSUse{Applies: true, Assumed: true, Message: "kube-proxy not reachable: assuming IPVS mode"}
+		case "assumed-nftables":
+			return check.IPVSUse{Mode: "nftables", Assumed: true, Message: "kube-proxy not reachable: assuming nftables mode, as it last reported"}
 		}
 		return check.IPVSUse{Applies: m == kubeproxy.ModeIPVS, Mode: m}
 	}
@@ -114,6 +117,9 @@ func TestLeftovers(t *testing.T) {
 			wantStatus: check.StatusOK, wantReason: ReasonIPVSLeftovers, want: []string{"modules-load-file /etc/modules-load.d/ipvs.conf"}},
 		{name: "a file someone else started is left alone", mode: "nftables",
 			files: map[string]string{"etc/modules-load.d/ipvs.conf": "ip_vs\nip_vs_rr\n"}, link: link(false),
+			table: fakeTable{err: ipvs.ErrModuleNotLoaded}, removeOwn: true,
+			wantStatus: check.StatusOK, wantReason: ReasonIPVSLeftovers, want: []string{"modules-load-file /etc/modules-load.d/ipvs.conf"}},
+		{name: "own file kept while the mode is only assumed", mode: "assumed-nftables", files: map[string]string{"etc/modules-load.d/ipvs.conf": ownFile}, link: link(false),
 			table: fakeTable{err: ipvs.ErrModuleNotLoaded}, removeOwn: true,
 			wantStatus: check.StatusOK, wantReason: ReasonIPVSLeftovers, want: []string{"modules-load-file /etc/modules-load.d/ipvs.conf"}},
 		{name: "own file kept unless asked", mode: "nftables", files: map[string]string{"etc/modules-load.d/ipvs.conf": ownFile}, link: link(false),
