@@ -164,11 +164,14 @@ func (c *LeftoversChecker) Run(ctx context.Context) (check.Result, error) {
 			}
 		}
 	}
-	out = append(out, c.sysctls(ipvsLoaded)...)
 	file, acts, err := c.declarationFile(ctx, use)
 	if err != nil {
 		errs = append(errs, err)
 	}
+	// arp_ignore=1 / arp_announce=2 are also a common hardening of their
+	// own: they count as IPVS mode's only beside another trace of it.
+	traces := len(out) > 0 || ipvsLoaded || file != nil || len(acts) > 0
+	out = append(out, c.sysctls(ipvsLoaded, traces)...)
 	if file != nil {
 		out = append(out, *file)
 	}
@@ -244,12 +247,13 @@ func (c *LeftoversChecker) sysctl(name string) (string, bool) {
 	return strings.TrimSpace(string(b)), true
 }
 
-// sysctls reports the strict-ARP sysctls and kube-proxy's net.ipv4.vs.*.
-func (c *LeftoversChecker) sysctls(ipvsLoaded bool) []Leftover {
+// sysctls reports the strict-ARP sysctls (only beside another trace of
+// IPVS mode) and kube-proxy's net.ipv4.vs.*.
+func (c *LeftoversChecker) sysctls(ipvsLoaded, traces bool) []Leftover {
 	var out []Leftover
 	ign, ok1 := c.sysctl("net.ipv4.conf.all.arp_ignore")
 	ann, ok2 := c.sysctl("net.ipv4.conf.all.arp_announce")
-	if ok1 && ok2 && ign == "1" && ann == "2" {
+	if traces && ok1 && ok2 && ign == "1" && ann == "2" {
 		out = append(out, Leftover{Kind: LeftoverSysctl, Object: "net.ipv4.conf.all.arp_ignore=1,net.ipv4.conf.all.arp_announce=2",
 			Message: "net.ipv4.conf.all.arp_ignore=1 and arp_announce=2 (kube-proxy's strict ARP) are still set; nftables mode needs neither",
 			Remove: []string{"sysctl -w net.ipv4.conf.all.arp_ignore=0 net.ipv4.conf.all.arp_announce=0",
