@@ -224,7 +224,7 @@ func (c *ReadinessChecker) kernel(ctx context.Context, r *report) {
 			c.blocked(r, conf, loaded)
 		}
 	}
-	c.probe(ctx, r, loaded, missing, disabled)
+	c.probe(ctx, r, missing, disabled)
 }
 
 // blocked reports the nf_tables modules modprobe.d stops the kernel from
@@ -256,7 +256,7 @@ func (c *ReadinessChecker) blocked(r *report, conf *modules.ModprobeConfig, load
 }
 
 // probe runs the prober when it may.
-func (c *ReadinessChecker) probe(ctx context.Context, r *report, loaded map[string]bool, missing []string, disabled bool) {
+func (c *ReadinessChecker) probe(ctx context.Context, r *report, missing []string, disabled bool) {
 	if c.cfg.Prober == nil {
 		c.shipped(r, missing, "no kernel probe for a captured host tree (--root): it would prove the running kernel, not the tree's")
 		return
@@ -275,15 +275,14 @@ func (c *ReadinessChecker) probe(ctx context.Context, r *report, loaded map[stri
 			continue
 		}
 		mods := ExprModules[p.Expression]
-		msg := fmt.Sprintf("the kernel refused nf_tables expression %s in a private network namespace: %v", p.Expression, p.Err)
-		step := check.Step{fmt.Sprintf("Make the kernel provide nf_tables expression %s", p.Expression)}
+		msg := fmt.Sprintf("nf_tables expression %s, which kube-proxy's nftables rules use, does not work on this kernel (tried in a private network namespace): %v", p.Expression, p.Err)
+		step := check.Step{fmt.Sprintf("Make the kernel provide nf_tables expression %s (CONFIG_NF_TABLES and its options in the kernel configuration).", p.Expression)}
 		if len(mods) > 0 {
 			msg += fmt.Sprintf(" (module %s)", strings.Join(mods, ", "))
 			step = check.Step{fmt.Sprintf("Make the kernel provide nf_tables expression %s: its modules %s must be built in or loadable (CONFIG_NFT_* in the kernel configuration).", p.Expression, strings.Join(mods, ", "))}
 		}
 		r.add(KindNFTExpression, SeverityBlocker, p.Expression, msg, step)
 	}
-	_ = loaded
 	klog.FromContext(ctx).V(4).Info("nf_tables probe done", "features", len(res))
 }
 

@@ -127,7 +127,7 @@ func TestReadiness(t *testing.T) {
 				res[4].Err = errors.New("no such file or directory")
 				return res, nil
 			})
-		}, wantStatus: check.StatusProblem, want: []wantFinding{{KindNFTExpression, SeverityBlocker, ExprNumgen}}, wantInMsg: "refused nf_tables expression numgen"},
+		}, wantStatus: check.StatusProblem, want: []wantFinding{{KindNFTExpression, SeverityBlocker, ExprNumgen}}, wantInMsg: "nf_tables expression numgen, which kube-proxy's nftables rules use, does not work"},
 		{name: "blacklisted module", mod: func(c *ReadinessConfig) {
 			c.Host.Loaded = func() (map[string]bool, error) { m, _ := allLoaded(); delete(m, "nft_numgen"); return m, nil }
 			c.MayLoadModules = true
