@@ -5,6 +5,7 @@ package checkset
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/dynamic"
@@ -118,7 +119,12 @@ type Cluster struct {
 // and the other checks are built as usual.
 func Build(ctx context.Context, cfg Config) ([]check.Checker, error) {
 	s := newShared(cfg)
-	table := ipvs.New(cfg.Root) // one netlink socket for every check reading the IPVS table
+	// One netlink socket for every check reading the IPVS table; in a
+	// one-shot run with the readiness report, one dump of it too.
+	var table ipvs.Interface = ipvs.New(cfg.Root)
+	if cfg.TargetMode != "" && cfg.ReadinessInterval == 0 {
+		table = &onePass{Interface: table}
+	}
 	var b builder
 	b.add(modules.NewChecker(modules.Config{Root: cfg.Root, SchedulerFunc: s.scheduler, Remediate: cfg.Remediate, Loader: cfg.Loader, Distro: s.distro, IPVSUse: s.use.Use}), nil)
 	b.add(kubeproxy.NewChecker(kubeproxy.CheckerConfig{Client: s.kubeProxy, ReadLink: kubeproxy.ReadLink, FallbackVersion: s.kubeProxyVersion, Scheduler: cfg.Scheduler, Distro: s.distro}))
@@ -267,4 +273,30 @@ func listOnce(ctx context.Context, node string, c *Cluster) (*agent.ClusterView,
 		return nil, err
 	}
 	return view, nil
+}
+
+// onePass shares the first successful read of the IPVS table among the
+// checks of a one-shot run (diagnose --target-mode): they judge the same
+// table, and a node of 10,000 virtual servers is dumped once, not twice. A
+// failed read is not kept: the next check reads again.
+type onePass struct {
+	ipvs.Interface
+	mu    sync.Mutex
+	table ipvs.Table
+	ok    bool
+}
+
+// Table implements ipvs.Interface.
+func (p *onePass) Table(ctx context.Context) (ipvs.Table, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ok {
+		return p.table, nil
+	}
+	t, err := p.Interface.Table(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.table, p.ok = t, true
+	return t, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/agent"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube/kubetest"
 )
@@ -225,5 +226,47 @@ func TestBuildMigrationChecks(t *testing.T) {
 	}
 	if err := ValidateTargetMode(""); err != nil {
 		t.Error(err)
+	}
+}
+
+// countingTable counts reads and fails the first fail of them.
+type countingTable struct {
+	reads, fail int
+}
+
+func (c *countingTable) Table(context.Context) (ipvs.Table, error) {
+	c.reads++
+	if c.reads <= c.fail {
+		return nil, ipvs.ErrModuleNotLoaded
+	}
+	return ipvs.Table{{Virtual: ipvs.VirtualServer{Port: uint16(c.reads)}}}, nil
+}
+
+// TestOnePass: the checks of one diagnose run share the first successful
+// read of the IPVS table; a failed read is read again.
+func TestOnePass(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		fail      int
+		wantReads int
+		wantPort  uint16
+	}{
+		{name: "one dump for every check", wantReads: 1, wantPort: 1},
+		{name: "a failed read is not kept", fail: 1, wantReads: 2, wantPort: 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &countingTable{fail: tt.fail}
+			p := &onePass{Interface: c}
+			var last ipvs.Table
+			for range 3 {
+				tab, err := p.Table(context.Background())
+				if err == nil {
+					last = tab
+				}
+			}
+			if c.reads != tt.wantReads || len(last) != 1 || last[0].Virtual.Port != tt.wantPort {
+				t.Errorf("reads %d, table %v", c.reads, last)
+			}
+		})
 	}
 }
