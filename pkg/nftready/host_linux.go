@@ -109,22 +109,24 @@ func hostLinks() ([]Link, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing interfaces: %w", err)
 	}
+	// One dump of every address, grouped by interface: AddrList per link
+	// would dump them all once per link (kube-ipvs0 holds one per Service).
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, fmt.Errorf("listing addresses: %w", err)
+	}
+	byIndex := map[int][]netip.Addr{}
+	for _, a := range addrs {
+		if a.IPNet == nil {
+			continue
+		}
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			byIndex[a.LinkIndex] = append(byIndex[a.LinkIndex], ip.Unmap())
+		}
+	}
 	out := make([]Link, 0, len(links))
 	for _, l := range links {
-		ln := Link{Name: l.Attrs().Name}
-		addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
-		if err != nil {
-			return nil, fmt.Errorf("listing addresses of %s: %w", ln.Name, err)
-		}
-		for _, a := range addrs {
-			if a.IPNet == nil {
-				continue
-			}
-			if ip, ok := netip.AddrFromSlice(a.IP); ok {
-				ln.Addrs = append(ln.Addrs, ip.Unmap())
-			}
-		}
-		out = append(out, ln)
+		out = append(out, Link{Name: l.Attrs().Name, Addrs: byIndex[l.Attrs().Index]})
 	}
 	return out, nil
 }

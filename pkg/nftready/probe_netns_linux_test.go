@@ -6,6 +6,7 @@ package nftready
 
 import (
 	"context"
+	"net/netip"
 	"os"
 	"slices"
 	"testing"
@@ -72,4 +73,23 @@ func hostTables(t *testing.T) []string {
 func kernelRelease() string {
 	b, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	return string(b)
+}
+
+// TestHostLinksReal: the interfaces and addresses of this namespace, from
+// one address dump, match what the kernel lists per interface.
+func TestHostLinksReal(t *testing.T) {
+	testenv.RequireRoot(t)
+	links, err := hostLinks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lo *Link
+	for i := range links {
+		if links[i].Name == "lo" {
+			lo = &links[i]
+		}
+	}
+	if lo == nil || !slices.Contains(lo.Addrs, netip.MustParseAddr("127.0.0.1")) {
+		t.Errorf("lo with 127.0.0.1 not among %+v", links)
+	}
 }
