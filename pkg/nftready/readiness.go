@@ -390,11 +390,11 @@ func (c *ReadinessChecker) kubeProxy(ctx context.Context, r *report) {
 func (c *ReadinessChecker) version(r *report, v kubeproxy.Version) {
 	rke2 := c.cfg.Distro == distro.RKE2 || strings.Contains(v.GitVersion, "+rke2")
 	if rke2 {
-		patch, rel := patchOf(v.GitVersion)
+		patch, _ := patchOf(v.GitVersion)
 		gate, gated := rke2Gates[v.Minor]
 		switch {
 		case v.Major == 1 && v.Minor > rke2LastGated:
-		case gated && (patch > gate || patch == gate && rel >= 1):
+		case gated && patch >= gate: // every rke2rN of the gated patch
 		default:
 			r.add(KindKubeProxyVersion, SeverityBlocker, v.GitVersion, fmt.Sprintf("RKE2 %s does not offer kube-proxy's nftables mode; it does from v1.34.10+rke2r1, v1.35.7+rke2r1 and v1.36.3+rke2r1 (experimental)", v.GitVersion),
 				check.Step{"Upgrade RKE2 to v1.34.10+rke2r1, v1.35.7+rke2r1, v1.36.3+rke2r1 or newer before setting kube-proxy-arg: [proxy-mode=nftables]."})

@@ -171,6 +171,16 @@ func TestReadiness(t *testing.T) {
 		{name: "RKE2 at the gate", mod: func(c *ReadinessConfig) {
 			c.KubeProxy = fakeKubeProxy{ver: "v1.35.7+rke2r1", cfg: kubeproxy.Config{Mode: "ipvs"}}
 		}, wantStatus: check.StatusOK, want: []wantFinding{{KindKubeProxyVersion, SeverityInfo, "v1.35.7+rke2r1"}}},
+		{name: "RKE2 distro, version without the rke2 suffix, at the gate", mod: func(c *ReadinessConfig) {
+			c.Distro = distro.RKE2
+			c.KubeProxy = fakeKubeProxy{ver: "v1.34.10", cfg: kubeproxy.Config{Mode: "ipvs"}}
+		}, wantStatus: check.StatusOK, want: []wantFinding{{KindKubeProxyVersion, SeverityInfo, "v1.34.10"}}},
+		{name: "RKE2 1.36 before the gate", mod: func(c *ReadinessConfig) {
+			c.KubeProxy = fakeKubeProxy{ver: "v1.36.2+rke2r2", cfg: kubeproxy.Config{Mode: "ipvs"}}
+		}, wantStatus: check.StatusProblem, want: []wantFinding{{KindKubeProxyVersion, SeverityBlocker, "v1.36.2+rke2r2"}}},
+		{name: "RKE2 1.37 has it from .0", mod: func(c *ReadinessConfig) {
+			c.KubeProxy = fakeKubeProxy{ver: "v1.37.0+rke2r1", cfg: kubeproxy.Config{Mode: "ipvs"}}
+		}, wantStatus: check.StatusOK, want: []wantFinding{{KindKubeProxyVersion, SeverityInfo, "v1.37.0+rke2r1"}}},
 		{name: "RKE2 1.33 never had it", mod: func(c *ReadinessConfig) {
 			c.Distro = distro.RKE2
 			c.KubeProxy = fakeKubeProxy{ver: "v1.33.9", cfg: kubeproxy.Config{Mode: "ipvs"}}
