@@ -47,8 +47,8 @@ for rel in $releases; do
 		if [ -z "$pkgs" ]; then
 			pkgs=$kernel_pkgs
 		else
-			# (if, not &&: under errexit and pipefail a last comparison
-			# that fails would end the script after the default kernel passed.)
+			# (`if`, not `&&`: a last package that is not kernel-dependent
+			# must not fail the loop under pipefail and end the tier.)
 			pkgs=$(for p in $pkgs; do for k in $kernel_pkgs; do if [ "${p%/}" = "${k%/}" ]; then echo "$p"; fi; done; done | tr '\n' ' ')
 			[ -n "${pkgs// /}" ] || continue
 		fi

@@ -34,6 +34,11 @@ type State struct {
 	// Conntrack is the netfilter connection table's use
 	// (ipvs_guard_conntrack_*).
 	Conntrack *ConntrackState
+	// Readiness is one finding of the nftables-readiness report
+	// (ipvs_guard_nftables_readiness_findings).
+	Readiness *ReadinessState
+	// Leftover is one thing IPVS mode left behind (ipvs_guard_ipvs_leftovers).
+	Leftover *LeftoverState
 }
 
 // KubeProxySyncState is kube-proxy's sync freshness for one IP family.
@@ -74,6 +79,20 @@ type ConntrackState struct {
 	Entries float64
 	// Max is nf_conntrack_max.
 	Max float64
+}
+
+// ReadinessState is one finding of the nftables-readiness report.
+type ReadinessState struct {
+	// Kind is the finding's kind (kernel-version, nft-expression, …).
+	Kind string
+	// Severity is blocker, change or info.
+	Severity string
+}
+
+// LeftoverState is one thing IPVS mode left on the node.
+type LeftoverState struct {
+	// Kind is kube-ipvs0, virtual-server, ipset, sysctl or modules-load-file.
+	Kind string
 }
 
 // ModuleState is the state of one required kernel module.

@@ -61,6 +61,14 @@ type IPVSConfig struct {
 	ExcludeCIDRs []string `json:"excludeCIDRs"`
 	// SyncPeriod is the IPVS proxier's --ipvs-sync-period (0: unknown).
 	SyncPeriod Duration `json:"syncPeriod"`
+	// TCPTimeout is the IPVS TCP session timeout kube-proxy sets (0
+	// leaves the kernel's).
+	TCPTimeout Duration `json:"tcpTimeout"`
+	// TCPFinTimeout is the IPVS timeout of TCP sessions after FIN (0
+	// leaves the kernel's).
+	TCPFinTimeout Duration `json:"tcpFinTimeout"`
+	// UDPTimeout is the IPVS UDP timeout (0 leaves the kernel's).
+	UDPTimeout Duration `json:"udpTimeout"`
 }
 
 // EffectiveMode returns the mode kube-proxy runs in when configured with

@@ -83,6 +83,9 @@ type Collector struct {
 	arpProbeResult        *prometheus.Desc
 	arpResponders         *prometheus.Desc
 	arpProbeRTT           *prometheus.Desc
+	nftablesReady         *prometheus.Desc
+	nftablesFindings      *prometheus.Desc
+	ipvsLeftovers         *prometheus.Desc
 	reconcileTotal        *prometheus.Desc
 	reconcileErrors       *prometheus.Desc
 	reconcileLastSuccess  *prometheus.Desc
@@ -233,6 +236,14 @@ func newCollector(snapshot func() Snapshot, info version.Info) *Collector {
 		arpProbeRTT: d("arp", "probe_rtt_seconds",
 			"Round-trip time of the first reply to the latest ARP (IPv4) or NDP (IPv6) probe of a LoadBalancer IP (absent when nothing answered).",
 			"ip", "family", "interface"),
+		nftablesReady: d("nftables", "ready",
+			"Whether this node is ready for kube-proxy's nftables mode: 1 when the nftables-readiness report found no blocker, 0 when it found one; absent when the report has not run (an advisory: it feeds no Node condition)."),
+		nftablesFindings: d("nftables", "readiness_findings",
+			"Number of findings of the latest nftables-readiness report, by kind (kernel-version, nft-expression, foreign-virtual-server, …) and severity (blocker, change, info).",
+			"kind", "severity"),
+		ipvsLeftovers: d("ipvs", "leftovers",
+			"Number of things IPVS mode left behind once kube-proxy runs another mode, by kind (kube-ipvs0, virtual-server, ipset, sysctl, modules-load-file).",
+			"kind"),
 		reconcileTotal: d("reconcile", "total",
 			"Number of finished check runs by the reconcile loop, by check.",
 			"check"),
@@ -255,6 +266,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.moduleLoaded, c.moduleDeclared, c.moduleAvailable, c.moduleStale,
 		c.kubeProxyMode, c.kubeProxyStrictARP, c.virtualServers, c.virtualServersNoReal,
 		c.arpProbeResult, c.arpResponders, c.arpProbeRTT,
+		c.nftablesReady, c.nftablesFindings, c.ipvsLeftovers,
 		c.reconcileTotal, c.reconcileErrors, c.reconcileLastSuccess, c.reconcileLastDuration,
 	} {
 		ch <- d
@@ -295,6 +307,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for _, s := range checkStatuses {
 			gauge(c.checkStatus, boolValue(r.Status == s), r.Name, string(s))
 		}
+		if r.Name == check.NameNFTablesReadiness && (r.Status == check.StatusOK || r.Status == check.StatusProblem) {
+			gauge(c.nftablesReady, boolValue(r.Status == check.StatusOK))
+		}
 	}
 
 	st := stateOf(snap.Results...)
@@ -318,6 +333,22 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.moduleStale, boolValue(m.Stale), name)
 	}
 	c.collectDataPlane(st, gauge)
+	rkeys := make([][2]string, 0, len(st.readiness))
+	for k := range st.readiness {
+		rkeys = append(rkeys, k)
+	}
+	sort.Slice(rkeys, func(i, j int) bool {
+		if rkeys[i][0] != rkeys[j][0] {
+			return rkeys[i][0] < rkeys[j][0]
+		}
+		return rkeys[i][1] < rkeys[j][1]
+	})
+	for _, k := range rkeys {
+		gauge(c.nftablesFindings, float64(st.readiness[k]), k[0], k[1])
+	}
+	for _, k := range sortedKeys(st.leftovers) {
+		gauge(c.ipvsLeftovers, float64(st.leftovers[k]), k)
+	}
 	keys := make([][2]string, 0, len(st.arp))
 	for k := range st.arp {
 		keys = append(keys, k)

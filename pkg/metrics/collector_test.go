@@ -55,6 +55,35 @@ func TestCollector(t *testing.T) {
 			want: buildInfoText,
 		},
 		{
+			name: "nftables readiness and IPVS leftovers",
+			snap: Snapshot{Results: []check.Result{
+				{Name: check.NameNFTablesReadiness, Status: check.StatusProblem, Findings: []check.Finding{
+					stateFinding(check.State{Readiness: &check.ReadinessState{Kind: "nft-expression", Severity: "blocker"}}),
+					stateFinding(check.State{Readiness: &check.ReadinessState{Kind: "foreign-virtual-server", Severity: "change"}}),
+					stateFinding(check.State{Readiness: &check.ReadinessState{Kind: "foreign-virtual-server", Severity: "change"}}),
+				}},
+				{Name: check.NameIPVSLeftovers, Status: check.StatusOK, Findings: []check.Finding{
+					stateFinding(check.State{Leftover: &check.LeftoverState{Kind: "virtual-server"}}),
+					stateFinding(check.State{Leftover: &check.LeftoverState{Kind: "virtual-server"}}),
+					stateFinding(check.State{Leftover: &check.LeftoverState{Kind: "kube-ipvs0"}}),
+				}},
+			}},
+			metrics: []string{"ipvs_guard_nftables_ready", "ipvs_guard_nftables_readiness_findings", "ipvs_guard_ipvs_leftovers"},
+			want: `
+# HELP ipvs_guard_ipvs_leftovers Number of things IPVS mode left behind once kube-proxy runs another mode, by kind (kube-ipvs0, virtual-server, ipset, sysctl, modules-load-file).
+# TYPE ipvs_guard_ipvs_leftovers gauge
+ipvs_guard_ipvs_leftovers{kind="kube-ipvs0"} 1
+ipvs_guard_ipvs_leftovers{kind="virtual-server"} 2
+# HELP ipvs_guard_nftables_ready Whether this node is ready for kube-proxy's nftables mode: 1 when the nftables-readiness report found no blocker, 0 when it found one; absent when the report has not run (an advisory: it feeds no Node condition).
+# TYPE ipvs_guard_nftables_ready gauge
+ipvs_guard_nftables_ready 0
+# HELP ipvs_guard_nftables_readiness_findings Number of findings of the latest nftables-readiness report, by kind (kernel-version, nft-expression, foreign-virtual-server, …) and severity (blocker, change, info).
+# TYPE ipvs_guard_nftables_readiness_findings gauge
+ipvs_guard_nftables_readiness_findings{kind="foreign-virtual-server",severity="change"} 2
+ipvs_guard_nftables_readiness_findings{kind="nft-expression",severity="blocker"} 1
+`,
+		},
+		{
 			name: "modules",
 			snap: Snapshot{Results: []check.Result{{
 				Name: check.NameModules, Status: check.StatusProblem,
@@ -295,6 +324,8 @@ var stateSamples = map[string]check.State{
 	"Advisory":      {Advisory: &check.AdvisoryState{Check: check.NameIPVSSysctls, Advisory: "IPVSTCPTimeoutBelowKeepalive", Severity: "warning"}},
 	"Sysctl":        {Sysctl: &check.SysctlState{Name: "net.ipv4.vs.conn_reuse_mode", Value: 1}},
 	"Conntrack":     {Conntrack: &check.ConntrackState{Entries: 10, Max: 100}},
+	"Readiness":     {Readiness: &check.ReadinessState{Kind: "scheduler", Severity: "change"}},
+	"Leftover":      {Leftover: &check.LeftoverState{Kind: "kube-ipvs0"}},
 }
 
 // TestEveryStateKindIsExposed checks that every kind of state a finding can

@@ -47,6 +47,8 @@ func Describe() ([]Family, error) {
 			sample(check.NameIPVSSysctls, check.State{Sysctl: &check.SysctlState{Name: "net.ipv4.vs.conn_reuse_mode", Value: 1},
 				Advisory: &check.AdvisoryState{Check: check.NameIPVSSysctls, Advisory: "IPVSTCPTimeoutBelowKeepalive", Severity: "warning"}}),
 			sample(check.NameConntrack, check.State{Conntrack: &check.ConntrackState{Entries: 10, Max: 100}}),
+			sample(check.NameNFTablesReadiness, check.State{Readiness: &check.ReadinessState{Kind: "scheduler", Severity: "change"}}),
+			sample(check.NameIPVSLeftovers, check.State{Leftover: &check.LeftoverState{Kind: "kube-ipvs0"}}),
 		},
 		Conditions: []Condition{{Type: "IPVSModulesMissing", Status: "False", Reason: "ModulesLoaded"}},
 		Checks:     []CheckRuns{{Name: check.NameModules, Runs: 1, LastSuccess: time.Unix(1, 0)}},

@@ -25,13 +25,16 @@ type nodeState struct {
 	advisories map[[2]string]check.AdvisoryState
 	sysctls    map[string]float64
 	conntrack  *check.ConntrackState
+	readiness  map[[2]string]int // kind, severity → findings
+	leftovers  map[string]int    // kind → leftovers
 }
 
 // stateOf merges the typed state the findings of results publish
 // ([check.Finding.State]).
 func stateOf(results ...check.Result) nodeState {
 	st := nodeState{modules: map[string]check.ModuleState{}, arp: map[[2]string]check.ARPState{},
-		kpSync: map[string]check.KubeProxySyncState{}, advisories: map[[2]string]check.AdvisoryState{}, sysctls: map[string]float64{}}
+		kpSync: map[string]check.KubeProxySyncState{}, advisories: map[[2]string]check.AdvisoryState{}, sysctls: map[string]float64{},
+		readiness: map[[2]string]int{}, leftovers: map[string]int{}}
 	for _, r := range results {
 		for _, f := range r.Findings {
 			st.add(findingState(f))
@@ -58,6 +61,12 @@ func (st *nodeState) add(s check.State) {
 		}
 	}
 	st.addDataPlane(s)
+	if r := s.Readiness; r != nil && r.Kind != "" {
+		st.readiness[[2]string{r.Kind, r.Severity}]++
+	}
+	if l := s.Leftover; l != nil && l.Kind != "" {
+		st.leftovers[l.Kind]++
+	}
 	if t := s.IPVSTable; t != nil {
 		v := t.VirtualServers
 		st.virtualServers = &v
