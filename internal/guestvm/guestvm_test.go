@@ -156,6 +156,11 @@ func TestMachineArgs(t *testing.T) {
 			want: "-accel tcg -cpu max -m 1G -smp 1 -nodefaults -no-user-config -display none -serial stdio -netdev user,id=n0 -device virtio-net-pci,netdev=n0,romfile= -netdev tap,id=tap0,ifname=l2ab-tap,script=no,downscript=no -device virtio-net-pci,netdev=tap0,mac=52:54:00:12:34:56,romfile= -kernel k -append ",
 		},
 		{
+			name: "two vCPUs",
+			m:    Machine{Kernel: "k", CPUs: 2},
+			want: "-accel tcg -cpu max -m 1G -smp 2 -nodefaults -no-user-config -display none -serial stdio -kernel k -append ",
+		},
+		{
 			name: "node with a disk",
 			m:    Machine{Kernel: "k", Initrd: "i", Drives: []string{"file=d.img,if=virtio,format=raw"}, Append: "root=/dev/vda"},
 			want: "-accel tcg -cpu max -m 1G -smp 1 -nodefaults -no-user-config -display none -serial stdio -drive file=d.img,if=virtio,format=raw -kernel k -initrd i -append root=/dev/vda",

@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -21,6 +22,10 @@ type Machine struct {
 	Append string
 	// Memory is the guest RAM (default 1G).
 	Memory string
+	// CPUs is the number of virtual CPUs (default 1). Under TCG each is a
+	// host thread (multi-threaded TCG), so more than one lets a guest
+	// process answer while another keeps a vCPU busy, as on a real node.
+	CPUs int
 	// Drives are extra -drive values (e.g. "file=disk.img,if=virtio,format=raw").
 	Drives []string
 	// Net adds QEMU user networking on a virtio NIC: the host's 127.0.0.1
@@ -54,7 +59,7 @@ const GuestAddr = "10.0.2.15"
 // Args returns qemu-system-x86_64's arguments for m.
 func (m Machine) Args() []string {
 	args := append(Accel(),
-		"-m", cmp.Or(m.Memory, "1G"), "-smp", "1", "-nodefaults", "-no-user-config",
+		"-m", cmp.Or(m.Memory, "1G"), "-smp", strconv.Itoa(max(m.CPUs, 1)), "-nodefaults", "-no-user-config",
 		"-display", "none", "-serial", "stdio")
 	if m.NoReboot {
 		args = append(args, "-no-reboot")

@@ -275,7 +275,11 @@ func (c *cluster) bootGuest(speaker string) {
 	go func() {
 		defer close(g.booted)
 		g.code, g.err = guestvm.Boot(ctx, guestvm.BootOptions{
-			Machine: guestvm.Machine{Kernel: img.Kernel, Initrd: initrd, Memory: cmp.Or(os.Getenv("GUEST_MEMORY"), "1536M"), Net: true,
+			// Two vCPUs: MetalLB's speaker answers ARP from user space, and
+			// with one vCPU kube-proxy's cleanup at the switch (under TCG,
+			// many seconds of iptables-restore and ipset runs) starves it
+			// past the probers' 1 s window.
+			Machine: guestvm.Machine{Kernel: img.Kernel, Initrd: initrd, Memory: cmp.Or(os.Getenv("GUEST_MEMORY"), "1536M"), CPUs: 2, Net: true,
 				Taps: []guestvm.TapNIC{{Ifname: tap.Ifname, MAC: tap.MAC}}},
 			Console: filepath.Join(g.dir, "console.log"), Timeout: 30 * time.Minute,
 		})

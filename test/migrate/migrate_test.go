@@ -591,8 +591,18 @@ func (c *cluster) expectNoAlarm(t *testing.T, sw switchRun, warn map[string]int,
 		}
 	}
 	results := map[string]int{}
+	starved := 0
 	for _, s := range sw.samples {
 		for i, a := range s.alarms {
+			// Unknown because kube-proxy's metrics port did not answer within
+			// the client's 2 s: the agent says it could not check, which is
+			// true of a kube-proxy starved of CPU during its cleanup under
+			// TCG. Counted and shown, not an alarm.
+			if s.reasons[i] == string(nodestatus.KubeProxyIPVSDegraded)+"/"+nodestatus.ReasonCheckFailed &&
+				(strings.Contains(a, "Client.Timeout exceeded") || strings.Contains(a, "did not answer")) {
+				starved++
+				continue
+			}
 			if tolerated[s.reasons[i]] {
 				t.Logf("NOTE: at %+.1fs from the switch, a true alarm: the IPVS table was empty for %.1fs before kube-proxy answered again (+ %s answer reuse + a resync > the %s settle time): %s",
 					s.at.Sub(sw.at).Seconds(), sw.gap.Seconds(), kubeproxy.DefaultUseTTL, ipvscheck.DefaultSettle, a)
@@ -607,6 +617,7 @@ func (c *cluster) expectNoAlarm(t *testing.T, sw switchRun, warn map[string]int,
 		}
 	}
 	c.figure("probe agent samples across the switch (result/responders: count)", "%v", results)
+	c.figure("guest samples with KubeProxyIPVSDegraded=Unknown: kube-proxy's port did not answer in 2s", "%d of %d", starved, len(sw.samples))
 	t.Logf("arping %s across the switch: %d replies from %v (exit %d)", c.lbIP, len(sw.arping.RTTs), sw.arping.MACs, sw.arping.Exit)
 	if !slices.Equal(sw.arping.MACs, []string{c.guest.tap.MAC}) {
 		t.Errorf("arping across the switch saw %v, want exactly the guest's %s:\n%s", sw.arping.MACs, c.guest.tap.MAC, sw.arping.Output)
