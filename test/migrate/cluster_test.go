@@ -634,13 +634,18 @@ func (c *cluster) probeARP() (string, float64) {
 // warnings counts the agent's Warning Events on node for action (a
 // condition type).
 func (c *cluster) warnings(node, action string) int {
+	return c.warningsExcept(node, action, "")
+}
+
+// warningsExcept counts them, leaving out those with reason except.
+func (c *cluster) warningsExcept(node, action, except string) int {
 	list, err := c.kube.EventsV1().Events("").List(c.ctx, metav1.ListOptions{FieldSelector: "regarding.name=" + node})
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	n := 0
 	for _, e := range list.Items {
-		if e.ReportingController == "ipvs-guard" && e.Type == "Warning" && e.Action == action {
+		if e.ReportingController == "ipvs-guard" && e.Type == "Warning" && e.Action == action && (except == "" || e.Reason != except) {
 			n++
 		}
 	}
