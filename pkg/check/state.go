@@ -74,4 +74,12 @@ type ARPState struct {
 	RTTSeconds float64
 	// Service is the IP's Service (namespace/name), empty when unknown.
 	Service string
+	// AnnouncerChanges counts the changes of the answering MAC seen in the
+	// last hour.
+	AnnouncerChanges int
+	// Failover is set when this probe saw the answering MAC change;
+	// FailoverSeconds is then how long the IP went unanswered (0: no probe
+	// went unanswered).
+	Failover        bool
+	FailoverSeconds float64
 }
