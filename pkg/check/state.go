@@ -66,7 +66,8 @@ type ARPState struct {
 	Family string
 	// Interface is where it was probed.
 	Interface string
-	// Result is the verdict: answered, no-reply, conflict or wrong-responder.
+	// Result is the verdict: answered, no-reply, conflict, wrong-responder,
+	// reply-from-other-interface or reply-from-down-interface.
 	Result string
 	// Responders is the number of distinct MACs that answered.
 	Responders int
