@@ -1,0 +1,226 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build metallb && linux
+
+package metallb
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
+)
+
+// agentFailover is one failover an agent observed: its histogram's count
+// grew, and the sum by the seconds unanswered.
+type agentFailover struct {
+	at      time.Time
+	node    string
+	seconds float64
+}
+
+// arpingMove is a change of the MAC answering arping.
+type arpingMove struct {
+	from, to       string
+	lastOld, newAt time.Time
+	gap            time.Duration
+}
+
+// TestMetalLBFlapping SIGKILLs the announcing speaker again and again, each
+// time starting it again once another speaker took the IP over (as the
+// DaemonSet would restart it): MetalLB's election gives the IP back to it,
+// so every kill moves the IP twice. arping from d (no speaker) probes the IP
+// all along; the agents' failover histograms and announcer-change gauges
+// are read from their /metrics every 200 ms. Each move's unanswered time, as
+// the agents measure it, is compared with the gap arping saw, and the
+// fourth move must make the IP flap (gauge, then
+// IPVSGuardLoadBalancerIPFlapping through Prometheus and Alertmanager).
+func TestMetalLBFlapping(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	c := newCluster(t, ctx, []string{"a", "b", "c", "d"}, []string{"a", "b", "c"})
+	c.startAlerting(alertFor)
+	ip := c.service("web", corev1.ServiceExternalTrafficPolicyCluster, "a")
+	announcer := c.waitStableAnnouncer("web")
+	c.expectAnswered(t, ip, announcer)
+
+	const observer = "d" // no speaker: never the announcer, hears every reply
+	stop := make(chan struct{})
+	var mu sync.Mutex
+	var failovers []agentFailover
+	var arpings []struct {
+		at   time.Time
+		macs []string
+	}
+	flapAt := map[string]time.Time{} // node → first scrape with more than FlapThreshold changes
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { // the agents' histograms and gauges
+		defer wg.Done()
+		type seen struct{ count, sum float64 }
+		last := map[string]seen{}
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			for _, n := range c.order {
+				mfs, err := c.scrape(n)
+				if err != nil {
+					continue
+				}
+				var now seen
+				for _, m := range mfs["ipvs_guard_arp_failover_seconds"].GetMetric() {
+					now.count += float64(m.GetHistogram().GetSampleCount())
+					now.sum += m.GetHistogram().GetSampleSum()
+				}
+				mu.Lock()
+				if prev, ok := last[n]; ok && now.count > prev.count {
+					// One failover per scrape at most (the IP moves every few
+					// seconds at best, the agent probes every second).
+					failovers = append(failovers, agentFailover{at: time.Now(), node: n, seconds: (now.sum - prev.sum) / (now.count - prev.count)})
+				}
+				last[n] = now
+				for _, m := range mfs["ipvs_guard_arp_announcer_changes_last_hour"].GetMetric() {
+					for _, l := range m.GetLabel() {
+						if l.GetName() == "ip" && l.GetValue() == ip.String() && m.GetGauge().GetValue() > arpcheck.FlapThreshold && flapAt[n].IsZero() {
+							flapAt[n] = time.Now()
+						}
+					}
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+	go func() { // arping, one request at a time
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r, err := c.arping(observer, ip, 1, time.Second)
+			if err == nil {
+				mu.Lock()
+				arpings = append(arpings, struct {
+					at   time.Time
+					macs []string
+				}{time.Now(), r.MACs})
+				mu.Unlock()
+			}
+			if err == nil && len(r.MACs) > 0 {
+				time.Sleep(100 * time.Millisecond) // answered at once: pace it
+			}
+		}
+	}()
+
+	// Each kill moves the IP away and, once the speaker is back, back.
+	const kills = 2
+	start := time.Now()
+	for i := range kills {
+		old := announcer
+		kill := time.Now()
+		c.mlb.Speakers[old].Kill()
+		t.Logf("kill %d: SIGKILLed the speaker on %s at %s", i+1, old, kill.Format("15:04:05.000"))
+		next := c.waitAnnouncer("web", old)
+		t.Logf("kill %d: ServiceL2Status names %s after %.1fs", i+1, next, time.Since(kill).Seconds())
+		c.waitFor("arping from "+observer+" sees "+next+"'s MAC", waitLong, func() (bool, string) {
+			mu.Lock()
+			defer mu.Unlock()
+			if n := len(arpings); n > 0 && slices.Equal(arpings[n-1].macs, []string{c.mac(next)}) {
+				return true, ""
+			}
+			return false, "not yet"
+		})
+		if err := c.mlb.StartSpeaker(c.ctx, c.nodes[old]); err != nil {
+			t.Fatal(err)
+		}
+		announcer = c.waitStableAnnouncer("web")
+		c.waitFor("arping from "+observer+" sees "+announcer+"'s MAC", waitLong, func() (bool, string) {
+			mu.Lock()
+			defer mu.Unlock()
+			if n := len(arpings); n > 0 && slices.Equal(arpings[n-1].macs, []string{c.mac(announcer)}) {
+				return true, ""
+			}
+			return false, "not yet"
+		})
+	}
+	// The agents publish a move at their next probe (resync) and the
+	// flapping gauge with it.
+	c.waitFor("an agent reports "+ip.String()+" flapping", waitLong, func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(flapAt) > 0, fmt.Sprintf("%d failovers seen by the agents", len(failovers))
+	})
+	time.Sleep(3 * time.Second)
+	close(stop)
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	// arping's moves: a single MAC changing.
+	var moves []arpingMove
+	var prevMAC string
+	var prevAt time.Time
+	for _, a := range arpings {
+		if len(a.macs) != 1 {
+			continue
+		}
+		if prevMAC != "" && a.macs[0] != prevMAC {
+			moves = append(moves, arpingMove{from: prevMAC, to: a.macs[0], lastOld: prevAt, newAt: a.at, gap: a.at.Sub(prevAt)})
+		}
+		prevMAC, prevAt = a.macs[0], a.at
+	}
+	if len(moves) != 2*kills {
+		t.Fatalf("arping saw %d moves, want %d (away and back per kill): %+v", len(moves), 2*kills, moves)
+	}
+	for i, m := range moves {
+		// The agents' failovers of this move: reported between its start
+		// and the next move (a prober publishes it at its next probe).
+		end := time.Now()
+		if i+1 < len(moves) {
+			end = moves[i+1].lastOld
+		}
+		var seen []string
+		for _, f := range failovers {
+			if f.at.Before(m.lastOld) || !f.at.Before(end.Add(2*time.Second)) {
+				continue
+			}
+			seen = append(seen, fmt.Sprintf("%s %.1fs (reported %.1fs after arping's first reply)", f.node, f.seconds, f.at.Sub(m.newAt).Seconds()))
+			// The agent's estimate is off by at most half its 1 s resync at
+			// each end, arping's by its 1 s reply deadline, a busy host
+			// delays either by a scheduling round.
+			if d := math.Abs(f.seconds - m.gap.Seconds()); d > 2.5 {
+				t.Errorf("move %d: agent on %s measured %.1fs unanswered, arping's gap %.1fs", i+1, f.node, f.seconds, m.gap.Seconds())
+			}
+		}
+		if len(seen) == 0 {
+			t.Errorf("move %d (%s → %s): no agent observed a failover", i+1, m.from, m.to)
+		}
+		c.figure(fmt.Sprintf("move %d: unanswered, arping from %s", i+1, observer), "%.1fs", m.gap.Seconds())
+		c.figure(fmt.Sprintf("move %d: unanswered, ipvs_guard_arp_failover_seconds", i+1), "%s", strings.Join(seen, "; "))
+	}
+	var first time.Time
+	var who string
+	for n, at := range flapAt {
+		if first.IsZero() || at.Before(first) {
+			first, who = at, n
+		}
+	}
+	fourth := moves[arpcheck.FlapThreshold].newAt
+	c.figure("4th move (arping) → an agent's gauge says flapping ("+who+")", "%.1fs", first.Sub(fourth).Seconds())
+	firing, notified := c.expectAlert("IPVSGuardLoadBalancerIPFlapping", map[string]string{"ip": ip.String()}, fourth)
+	c.figure("4th move → IPVSGuardLoadBalancerIPFlapping firing / notified", "%.1fs / %.1fs (for: %s)", firing.Seconds(), notified.Seconds(), alertFor)
+	t.Logf("%d kills in %.0fs", kills, time.Since(start).Seconds())
+	c.printFigures()
+}
