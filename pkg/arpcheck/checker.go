@@ -694,7 +694,7 @@ func remediation(findings []Finding, probed []bool) []check.Step {
 		out = append(out, check.Step{"The announcing node answers with the MAC of one of its interfaces that is down (ip -br link on that node): MetalLB announces on an interface without link, so clients' frames to that MAC go nowhere. Bring the interface up, or restrict the L2Advertisement's interfaces to the ones with link, and check bonds and VLANs sharing that MAC."})
 	}
 	if seen[ResultOtherInterface] {
-		out = append(out, check.Step{"The announcing node answers with the MAC of an interface other than the one MetalLB announces on (kubectl get servicel2statuses -A -o yaml: status.interfaces): the reply leaves by another way and a router filtering by source may drop it as spoofed. Set arp_ignore/arp_announce (strictARP), check the node's routes to the segment, or name the interface in the L2Advertisement."})
+		out = append(out, check.Step{"The announcing node answers with the MAC of an interface other than the one MetalLB announces on (kubectl get servicel2statuses -A -o yaml: status.interfaces): the reply leaves by another way and a router filtering by source may drop it as spoofed. Set arp_ignore/arp_announce (strictARP), check the node's routes to the segment, or, if that interface is the right one, add it to the L2Advertisement's interfaces."})
 	}
 	if seen[ResultNoReply] {
 		out = append(out, check.Step{"Nobody answers ARP (or, for IPv6, neighbour solicitations): check that a MetalLB speaker announces the IP (an L2Advertisement covering its IPAddressPool, a speaker pod running with NET_RAW on a node its node selector allows: kubectl -n metallb-system logs ds/speaker) and that the prober is on the IP's layer-2 segment."})
