@@ -240,18 +240,21 @@ func TestMetalLBFlapping(t *testing.T) {
 	if len(moves) <= arpcheck.FlapThreshold || len(moves) > 2*kills {
 		t.Fatalf("arping saw %d moves in %d kills, want more than %d and at most two a kill: %+v", len(moves), kills, arpcheck.FlapThreshold, moves)
 	}
-	for i, m := range moves {
-		// The agents' failovers of this move: reported between its start
-		// and the next move (a prober publishes it at its next probe).
-		end := time.Now()
-		if i+1 < len(moves) {
-			end = moves[i+1].lastOld
-		}
-		var seen []string
-		for _, f := range failovers {
-			if f.at.Before(m.lastOld) || !f.at.Before(end.Add(2*time.Second)) {
-				continue
+	// Each agent failover goes to the latest move arping saw before the
+	// agent reported it (an agent can be a little ahead: it probes every
+	// second, arping waits up to a second for each reply).
+	perMove := make([][]agentFailover, len(moves))
+	for _, f := range failovers {
+		for i := len(moves) - 1; i >= 0; i-- {
+			if !moves[i].newAt.After(f.at.Add(500 * time.Millisecond)) {
+				perMove[i] = append(perMove[i], f)
+				break
 			}
+		}
+	}
+	for i, m := range moves {
+		var seen []string
+		for _, f := range perMove[i] {
 			seen = append(seen, fmt.Sprintf("%s %.1fs (reported %.1fs after arping's first reply)", f.node, f.seconds, f.at.Sub(m.newAt).Seconds()))
 			// The agent's estimate is off by at most half its 1 s resync at
 			// each end, arping's by its 1 s reply deadline, a busy host
