@@ -48,8 +48,9 @@ func newHistory() *history { return &history{ips: map[netip.Addr]*ipHistory{}} }
 // observe records the verdict f of a probe of ip at t, and sets on f the
 // changes of the answering MAC in the last FlapWindow and, when this probe
 // saw the MAC change, the failover. A verdict with several MACs (a
-// conflict) says nothing about who answers and leaves the history alone;
-// so does a verdict without a result.
+// conflict) says nothing about who answers and leaves the history alone,
+// unless it ends a silence with a new MAC among them; a verdict without a
+// result leaves it alone too.
 func (h *history) observe(ip netip.Addr, t time.Time, f *Finding) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -67,22 +68,45 @@ func (h *history) observe(ip netip.Addr, t time.Time, f *Finding) {
 			}
 			e.lastSilent = t
 		}
+	case len(f.MACs) > 1 && e.mac != "" && !e.firstSilent.IsZero():
+		// Several MACs right after a silence: a new announcer answers while
+		// the old one comes back (a speaker restarted as MetalLB moved the
+		// IP away from it). The IP did move: to the first new MAC. A
+		// conflict without a silence before it (strictARP off, a foreign
+		// host) moves nothing, however long it lasts.
+		for i, mac := range f.MACs {
+			if mac == e.mac {
+				continue
+			}
+			node := ""
+			if i < len(f.ResponderNodes) {
+				node = f.ResponderNodes[i]
+			}
+			e.move(f, t, mac, node)
+			break
+		}
 	case len(f.MACs) == 1 && f.Result != ResultUnknown:
 		mac := f.MACs[0]
 		node := ""
 		if len(f.ResponderNodes) == 1 {
 			node = f.ResponderNodes[0]
 		}
-		if e.mac != "" && mac != e.mac {
-			f.Failover = &Failover{FromMAC: e.mac, ToMAC: mac, FromNode: e.node, ToNode: node,
-				UnansweredSeconds: e.unanswered(t).Seconds()}
-			e.changes = append(e.changes, t)
-		}
-		e.mac, e.node, e.answered = mac, node, t
-		e.firstSilent, e.lastSilent = time.Time{}, time.Time{}
+		e.move(f, t, mac, node)
 	}
 	e.changes = slices.DeleteFunc(e.changes, func(c time.Time) bool { return t.Sub(c) >= FlapWindow })
 	f.AnnouncerChanges = len(e.changes)
+}
+
+// move records that mac (of node) answered at t, and the failover on f
+// when that is a change.
+func (e *ipHistory) move(f *Finding, t time.Time, mac, node string) {
+	if e.mac != "" && mac != e.mac {
+		f.Failover = &Failover{FromMAC: e.mac, ToMAC: mac, FromNode: e.node, ToNode: node,
+			UnansweredSeconds: e.unanswered(t).Seconds()}
+		e.changes = append(e.changes, t)
+	}
+	e.mac, e.node, e.answered = mac, node, t
+	e.firstSilent, e.lastSilent = time.Time{}, time.Time{}
 }
 
 // sweep forgets the IPs not probed for FlapWindow. An IP that leaves the

@@ -60,6 +60,18 @@ func TestHistoryFailover(t *testing.T) {
 			failovers: nil,
 		},
 		{
+			// MetalLB moved the IP away from a dead speaker that came back at
+			// once: the first probe after the silence hears both.
+			name:      "a conflict ending a silence is a move, and the return another",
+			probes:    []probe{{0, []string{a}}, {2, nil}, {4, nil}, {6, []string{a, b}}, {8, []string{a}}},
+			failovers: []float64{4, 0}, changes: 2, // from 1 to 5
+		},
+		{
+			name:      "a lasting conflict after a silence moves once",
+			probes:    []probe{{0, []string{a}}, {2, nil}, {4, []string{a, b}}, {6, []string{a, b}}, {8, []string{a, b}}},
+			failovers: []float64{2}, changes: 1, // from 1 to 3
+		},
+		{
 			name:   "silence before the first answer is no failover",
 			probes: []probe{{0, nil}, {10, nil}, {20, []string{a}}},
 		},
