@@ -240,14 +240,26 @@ func TestMetalLBFlapping(t *testing.T) {
 	if len(moves) <= arpcheck.FlapThreshold || len(moves) > 2*kills {
 		t.Fatalf("arping saw %d moves in %d kills, want more than %d and at most two a kill: %+v", len(moves), kills, arpcheck.FlapThreshold, moves)
 	}
-	// Each agent failover goes to the latest move arping saw before the
-	// agent reported it (an agent can be a little ahead: it probes every
-	// second, arping waits up to a second for each reply).
+	// Each agent's failovers go to the moves in order: the next move of
+	// that agent's not matched yet whose window holds the report, from a
+	// second before arping's first reply of the move (an agent can be
+	// ahead: arping waits up to a second for each reply) to a second after
+	// the next move's (an agent reports at its next probe). An agent that
+	// did not probe the IP for a move skips it.
 	perMove := make([][]agentFailover, len(moves))
+	next := map[string]int{}
 	for _, f := range failovers {
-		for i := len(moves) - 1; i >= 0; i-- {
-			if !moves[i].newAt.After(f.at.Add(500 * time.Millisecond)) {
+		for i := next[f.node]; i < len(moves); i++ {
+			end := time.Now()
+			if i+1 < len(moves) {
+				end = moves[i+1].newAt.Add(time.Second)
+			}
+			if f.at.Before(moves[i].newAt.Add(-time.Second)) {
+				break // before this move: matches none
+			}
+			if f.at.Before(end) {
 				perMove[i] = append(perMove[i], f)
+				next[f.node] = i + 1
 				break
 			}
 		}
