@@ -61,7 +61,7 @@ func cleanupNodes(ctx context.Context, cs kube.Interface) error {
 		for i := range list.Items {
 			n := &list.Items[i]
 			seen++
-			wrote, err := nodestatus.Remove(ctx, client, n, []string{nodestatus.MACsAnnotation})
+			wrote, err := nodestatus.Remove(ctx, client, n, []string{nodestatus.MACsAnnotation, nodestatus.DownMACsAnnotation})
 			if err != nil {
 				errs = append(errs, fmt.Errorf("node %s: %w", n.Name, err))
 				continue

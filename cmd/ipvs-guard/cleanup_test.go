@@ -23,7 +23,7 @@ func TestCleanupNodes(t *testing.T) {
 		return n
 	}
 	cs := fake.NewClientset(
-		node("a", map[string]string{"ipvs-guard.io/macs": "eth0=aa:bb:cc:dd:ee:ff", "keep": "1"}, "Ready", "IPVSModulesMissing", "KubeProxyIPVSDegraded", "StrictARPDisabled", "LoadBalancerARPFailing"),
+		node("a", map[string]string{"ipvs-guard.io/macs": "eth0=aa:bb:cc:dd:ee:ff", "ipvs-guard.io/macs-down": "{}", "keep": "1"}, "Ready", "IPVSModulesMissing", "KubeProxyIPVSDegraded", "StrictARPDisabled", "LoadBalancerARPFailing"),
 		node("b", nil, "Ready", "DiskPressure"),
 		node("c", map[string]string{"ipvs-guard.io/macs": "x"}, "LoadBalancerARPFailing"),
 	)

@@ -190,6 +190,7 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 		ModulesLoadDirs:     dirs,
 		WatchUevents:        !opts.noUevents, // hostNetwork: the host's uevents, whatever --root is
 		MACs:                nodestatus.HostMACs,
+		DownMACs:            nodestatus.HostDownMACs,
 	})
 	if err != nil {
 		return err

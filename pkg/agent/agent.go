@@ -79,6 +79,9 @@ type Config struct {
 	WatchUevents bool
 	// MACs returns this node's interface MACs for nodestatus.MACsAnnotation; nil publishes none.
 	MACs func() (map[string]string, error)
+	// DownMACs returns the MACs of this node's interfaces that are down, for
+	// nodestatus.DownMACsAnnotation; nil publishes none.
+	DownMACs func() (map[string]string, error)
 	// ClusterCoalesce delays the checks a cluster change wakes, so a burst
 	// of changes runs them once (default DefaultClusterCoalesce).
 	ClusterCoalesce time.Duration
@@ -457,6 +460,14 @@ func (a *Agent) syncNode(ctx context.Context) error {
 		return fmt.Errorf("reading interface MACs: %w", err)
 	}
 	a.cfg.Publisher.SetAnnotation(nodestatus.MACsAnnotation, nodestatus.EncodeMACs(macs))
+	if a.cfg.DownMACs == nil {
+		return nil
+	}
+	down, err := a.cfg.DownMACs()
+	if err != nil {
+		return fmt.Errorf("reading down interfaces' MACs: %w", err)
+	}
+	a.cfg.Publisher.SetAnnotation(nodestatus.DownMACsAnnotation, nodestatus.EncodeMACs(down))
 	return nil
 }
 

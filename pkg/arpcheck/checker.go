@@ -31,6 +31,14 @@ const (
 	ReasonConflict = "ARPConflict"
 	// ReasonWrongResponder means at least one IP is answered by a MAC that is not the announcer's (and none conflicts).
 	ReasonWrongResponder = "ARPWrongResponder"
+	// ReasonOtherInterface means at least one IP is answered by the
+	// announcing node's MAC of an interface MetalLB does not announce it on
+	// (and none conflicts or has the wrong responder).
+	ReasonOtherInterface = "ARPReplyFromOtherInterface"
+	// ReasonDownInterface means at least one IP is answered with the MAC of
+	// a down interface of the announcing node (and none conflicts or has the
+	// wrong responder).
+	ReasonDownInterface = "ARPReplyFromDownInterface"
 	// ReasonNoTargets means there was nothing to probe.
 	ReasonNoTargets = "NoTargets"
 )
@@ -55,6 +63,10 @@ type Target struct {
 	// Unannounced, when set, says why no node announces the IP (from
 	// MetalLB's state); a no-reply finding's message carries it.
 	Unannounced string
+	// ExpectedInterfaces, when set, are the interfaces of ExpectedNode
+	// MetalLB announces the IP on (ServiceL2Status); a reply with the MAC
+	// of another of that node's interfaces is reply-from-other-interface.
+	ExpectedInterfaces []string
 }
 
 // TargetSource returns the targets of one check run. The agent builds it
@@ -109,6 +121,17 @@ type Directory interface {
 	NodeForMAC(ctx context.Context, mac net.HardwareAddr, lookup bool) (node string, ok bool)
 }
 
+// InterfaceDirectory is a Directory that also names the interface behind a
+// MAC and whether it is down, from what each node published.
+type InterfaceDirectory interface {
+	Directory
+	// InterfaceForMAC names the node and interface that published mac, and
+	// whether that interface is down; lookup as for NodeForMAC. A MAC a
+	// node publishes on an interface that is up (a VLAN on a down parent,
+	// a bond's ports) is not down.
+	InterfaceForMAC(ctx context.Context, mac net.HardwareAddr, lookup bool) (node, iface string, down, ok bool)
+}
+
 // CheckerOptions configure a Checker.
 type CheckerOptions struct {
 	// Targets yields the IPs to probe on each run. Required.
@@ -119,8 +142,12 @@ type CheckerOptions struct {
 	// interface and every run of this checker.
 	Probe ProbeOptions
 	// Directory, when set, gives the announcers' MACs and names the node
-	// owning each responding MAC.
+	// owning each responding MAC; one that is an InterfaceDirectory also
+	// names the interface, so a reply's way is judged.
 	Directory Directory
+	// Now is the clock the history of answering MACs is kept by; default
+	// time.Now.
+	Now func() time.Time
 }
 
 // Checker is the arp check (check.NameARP): it probes the targets, one
@@ -140,6 +167,8 @@ type Checker struct {
 	network Network
 	probe   ProbeOptions
 	dir     Directory
+	now     func() time.Time
+	hist    *history
 
 	mu       sync.Mutex // guards the fields below
 	runs     uint64
@@ -160,7 +189,11 @@ func NewChecker(opts CheckerOptions) (*Checker, error) {
 	if opts.Probe.Limiter == nil {
 		opts.Probe.Limiter = rate.NewLimiter(DefaultRate, DefaultBurst)
 	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	return &Checker{targets: opts.Targets, network: opts.Network, probe: opts.Probe, dir: opts.Directory,
+		now: opts.Now, hist: newHistory(),
 		probedIn: map[netip.Addr]uint64{}, last: map[netip.Addr]Finding{}}, nil
 }
 
@@ -298,6 +331,7 @@ func groupByRoute(logger klog.Logger, targets []Target, perm []int, routes []Rou
 func (c *Checker) judge(ctx context.Context, targets []Target, order []*group, late []bool) (findings []Finding, probed []bool) {
 	findings = make([]Finding, len(targets))
 	probed = make([]bool, len(targets))
+	now := c.now()
 	for _, g := range order {
 		for _, i := range g.targets {
 			o, ok := g.obs[targets[i].IP]
@@ -307,9 +341,27 @@ func (c *Checker) judge(ctx context.Context, targets []Target, order []*group, l
 			}
 			findings[i] = c.finding(ctx, targets[i], g.route.Interface, o)
 			probed[i] = true
+			c.follow(ctx, targets[i].IP, now, &findings[i])
 		}
 	}
+	c.hist.sweep(now)
 	return findings, probed
+}
+
+// follow records a probed IP's verdict in the history of answering MACs,
+// and says so when the IP starts flapping or fails over.
+func (c *Checker) follow(ctx context.Context, ip netip.Addr, now time.Time, f *Finding) {
+	before := c.hist.changes(ip)
+	c.hist.observe(ip, now, f)
+	logger := klog.FromContext(ctx)
+	if fo := f.Failover; fo != nil {
+		logger.V(2).Info("The MAC answering for a LoadBalancer IP changed", "vip", f.IP, "service", f.Service,
+			"fromMAC", fo.FromMAC, "fromNode", fo.FromNode, "toMAC", fo.ToMAC, "toNode", fo.ToNode, "unanswered", fo.UnansweredSeconds)
+	}
+	if f.AnnouncerChanges > FlapThreshold && before <= FlapThreshold {
+		logger.Info("A LoadBalancer IP keeps changing announcer", "vip", f.IP, "service", f.Service,
+			"changesLastHour", f.AnnouncerChanges, "mac", f.MACs, "nodes", f.ResponderNodes)
+	}
 }
 
 // keepLatest records this run's findings and gives what this run had no
@@ -322,7 +374,9 @@ func (c *Checker) keepLatest(run uint64, targets []Target, findings []Finding, p
 		switch {
 		case probed[i]:
 			c.probedIn[t.IP] = run
-			c.last[t.IP] = findings[i]
+			f := findings[i]
+			f.Failover = nil // observed once, in the run that saw it
+			c.last[t.IP] = f
 		case late[i]:
 			if f, ok := c.last[t.IP]; ok {
 				findings[i], probed[i] = f, true
@@ -525,10 +579,38 @@ func (c *Checker) finding(ctx context.Context, t Target, iface string, o Observa
 	if len(expected) == 0 {
 		f.Result = classifyByNode(f.Result, nodes, t.ExpectedNode)
 	}
+	f.ExpectedInterfaces = t.ExpectedInterfaces
+	if len(t.ExpectedMACs) == 0 && len(macs) == 1 {
+		f.Result, f.ResponderInterface = c.replyWay(ctx, t, f.Result, macs[0], lookup)
+	}
 	for _, m := range expected {
 		f.ExpectedMACs = append(f.ExpectedMACs, m.String())
 	}
 	return f
+}
+
+// replyWay refines the verdict on a single reply that is the announcing
+// node's (by the MACs it published): with the MAC of one of its interfaces
+// that is down, or of an interface other than the ones MetalLB announces
+// the IP on, the reply does not come the way MetalLB says. It needs a
+// Directory that names interfaces; a MAC it cannot place leaves the
+// verdict alone.
+func (c *Checker) replyWay(ctx context.Context, t Target, r Result, mac net.HardwareAddr, lookup bool) (Result, string) {
+	id, ok := c.dir.(InterfaceDirectory)
+	if !ok || t.ExpectedNode == "" || (r != ResultAnswered && r != ResultWrongResponder) {
+		return r, ""
+	}
+	node, iface, down, ok := id.InterfaceForMAC(ctx, mac, lookup)
+	switch {
+	case !ok || node != t.ExpectedNode:
+		return r, ""
+	case down:
+		return ResultDownInterface, iface
+	case len(t.ExpectedInterfaces) > 0 && !slices.Contains(t.ExpectedInterfaces, iface):
+		return ResultOtherInterface, iface
+	default:
+		return r, ""
+	}
 }
 
 // severity orders results for the check's reason: a conflict (clients flap)
@@ -536,8 +618,10 @@ func (c *Checker) finding(ctx context.Context, t Target, iface string, o Observa
 func severity(r Result) int {
 	switch r {
 	case ResultConflict:
-		return 3
+		return 4
 	case ResultWrongResponder:
+		return 3
+	case ResultDownInterface, ResultOtherInterface:
 		return 2
 	case ResultNoReply:
 		return 1
@@ -552,6 +636,10 @@ func reasonFor(r Result) string {
 		return ReasonConflict
 	case ResultWrongResponder:
 		return ReasonWrongResponder
+	case ResultDownInterface:
+		return ReasonDownInterface
+	case ResultOtherInterface:
+		return ReasonOtherInterface
 	case ResultNoReply:
 		return ReasonNoReply
 	default:
@@ -601,6 +689,12 @@ func remediation(findings []Finding, probed []bool) []check.Step {
 	}
 	if seen[ResultWrongResponder] {
 		out = append(out, check.Step{"A MAC other than the announcing node's answers: check which node MetalLB elected (kubectl get servicel2statuses -A) and whether another host holds the address."})
+	}
+	if seen[ResultDownInterface] {
+		out = append(out, check.Step{"The announcing node answers with the MAC of one of its interfaces that is down (ip -br link on that node): MetalLB announces on an interface without link, so clients' frames to that MAC go nowhere. Bring the interface up, or restrict the L2Advertisement's interfaces to the ones with link, and check bonds and VLANs sharing that MAC."})
+	}
+	if seen[ResultOtherInterface] {
+		out = append(out, check.Step{"The announcing node answers with the MAC of an interface other than the one MetalLB announces on (kubectl get servicel2statuses -A -o yaml: status.interfaces): the reply leaves by another way and a router filtering by source may drop it as spoofed. Set arp_ignore/arp_announce (strictARP), check the node's routes to the segment, or, if that interface is the right one, add it to the L2Advertisement's interfaces."})
 	}
 	if seen[ResultNoReply] {
 		out = append(out, check.Step{"Nobody answers ARP (or, for IPv6, neighbour solicitations): check that a MetalLB speaker announces the IP (an L2Advertisement covering its IPAddressPool, a speaker pod running with NET_RAW on a node its node selector allows: kubectl -n metallb-system logs ds/speaker) and that the prober is on the IP's layer-2 segment."})

@@ -6,8 +6,13 @@
 // group, advertisements back) for IPv6 ones. It sends requests for many IPs
 // at once on one AF_PACKET socket per interface and family, collects every
 // responder within a reply window and classifies each IP the same way in
-// both families: answered, no-reply, conflict (several MACs) or
-// wrong-responder (a MAC other than the expected announcer's).
+// both families: answered, no-reply, conflict (several MACs),
+// wrong-responder (a MAC other than the expected announcer's), or the
+// announcer's own MAC of the wrong way: reply-from-other-interface (not an
+// interface MetalLB announces on), reply-from-down-interface. The checker
+// follows the answering MAC of each IP across runs (history.go): a change
+// is a failover, timed by the probes left unanswered around it, and more
+// than FlapThreshold changes an hour is flapping.
 //
 // It owns frame construction and parsing (pure: ARP in frame.go, ICMPv6
 // neighbour messages in ndp.go), the classification (pure classify), the

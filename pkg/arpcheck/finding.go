@@ -38,6 +38,35 @@ type Finding struct {
 	// Unannounced says why no node announces the IP, when the cluster's
 	// MetalLB state tells (no ServiceL2Status for it).
 	Unannounced string `json:"unannounced,omitempty"`
+	// ExpectedInterfaces are the interfaces MetalLB announces the IP on
+	// (ServiceL2Status status.interfaces), when known.
+	ExpectedInterfaces []string `json:"expected_interfaces,omitempty"`
+	// ResponderInterface is the interface whose MAC answered, as its node
+	// published it, when known and the verdict is about the reply's way
+	// (reply-from-other-interface, reply-from-down-interface).
+	ResponderInterface string `json:"responder_interface,omitempty"`
+	// AnnouncerChanges counts the changes of the answering MAC this node
+	// saw for the IP in the last hour; above FlapThreshold the IP flaps.
+	AnnouncerChanges int `json:"announcer_changes_last_hour,omitempty"`
+	// Failover is set on the probe that saw the answering MAC change.
+	Failover *Failover `json:"failover,omitempty"`
+}
+
+// Failover is one change of the MAC answering for an IP, as this node's
+// probes saw it.
+type Failover struct {
+	// FromMAC and ToMAC are the MACs that answered before and after.
+	FromMAC string `json:"from_mac"`
+	ToMAC   string `json:"to_mac"`
+	// FromNode and ToNode name their nodes, when known.
+	FromNode string `json:"from_node,omitempty"`
+	ToNode   string `json:"to_node,omitempty"`
+	// UnansweredSeconds estimates how long the IP went unanswered: from
+	// halfway between the last answer and the first probe left unanswered
+	// to halfway between the last unanswered probe and the new answer, so
+	// it is off by at most half the time between probes. 0 when no probe
+	// went unanswered.
+	UnansweredSeconds float64 `json:"unanswered_seconds"`
 }
 
 // String renders the finding as one line, e.g.
@@ -58,8 +87,14 @@ func (f Finding) String() string {
 		}
 	case ResultConflict:
 		fmt.Fprintf(&b, ", %d MACs answer: %s", len(f.MACs), f.responders())
-	case ResultAnswered, ResultWrongResponder:
+	case ResultAnswered, ResultWrongResponder, ResultOtherInterface, ResultDownInterface:
 		fmt.Fprintf(&b, " by %s in %s", f.responders(), formatRTT(f.RTTSeconds))
+	}
+	switch {
+	case f.Result == ResultOtherInterface && f.ResponderInterface != "":
+		fmt.Fprintf(&b, ", the MAC of %s, not of %s", f.ResponderInterface, strings.Join(f.ExpectedInterfaces, " or "))
+	case f.Result == ResultDownInterface && f.ResponderInterface != "":
+		fmt.Fprintf(&b, ", the MAC of %s, which is down", f.ResponderInterface)
 	}
 	if f.Result == ResultWrongResponder || (f.Result == ResultConflict && (len(f.ExpectedMACs) > 0 || f.ExpectedNode != "")) {
 		b.WriteString(", expected ")
@@ -86,6 +121,10 @@ func (f Finding) State() check.State {
 		Responders: len(f.MACs),
 		RTTSeconds: f.RTTSeconds,
 		Service:    f.Service,
+
+		AnnouncerChanges: f.AnnouncerChanges,
+		Failover:         f.Failover != nil,
+		FailoverSeconds:  failoverSeconds(f.Failover),
 	}}
 }
 
@@ -119,4 +158,11 @@ func formatRTT(sec float64) string {
 		return fmt.Sprintf("%.0fµs", us)
 	}
 	return fmt.Sprintf("%.2fms", us/1000)
+}
+
+func failoverSeconds(f *Failover) float64 {
+	if f == nil {
+		return 0
+	}
+	return f.UnansweredSeconds
 }

@@ -23,6 +23,15 @@ const (
 	ResultConflict
 	// ResultWrongResponder means exactly one MAC answered, but not one of the expected MACs.
 	ResultWrongResponder
+	// ResultOtherInterface means exactly one MAC answered, the announcing
+	// node's, but of an interface other than the ones MetalLB's
+	// ServiceL2Status names (the reply leaves by another way: a router
+	// filtering by source may drop it).
+	ResultOtherInterface
+	// ResultDownInterface means exactly one MAC answered, the MAC of an
+	// interface of the announcing node that is down (administratively or
+	// without carrier).
+	ResultDownInterface
 )
 
 var resultNames = [...]string{
@@ -31,6 +40,8 @@ var resultNames = [...]string{
 	ResultNoReply:        "no-reply",
 	ResultConflict:       "conflict",
 	ResultWrongResponder: "wrong-responder",
+	ResultOtherInterface: "reply-from-other-interface",
+	ResultDownInterface:  "reply-from-down-interface",
 }
 
 // String returns the result as it appears in reports and JSON.

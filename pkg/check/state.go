@@ -136,7 +136,8 @@ type ARPState struct {
 	Family string
 	// Interface is where it was probed.
 	Interface string
-	// Result is the verdict: answered, no-reply, conflict or wrong-responder.
+	// Result is the verdict: answered, no-reply, conflict, wrong-responder,
+	// reply-from-other-interface or reply-from-down-interface.
 	Result string
 	// Responders is the number of distinct MACs that answered.
 	Responders int
@@ -144,4 +145,12 @@ type ARPState struct {
 	RTTSeconds float64
 	// Service is the IP's Service (namespace/name), empty when unknown.
 	Service string
+	// AnnouncerChanges counts the changes of the answering MAC seen in the
+	// last hour.
+	AnnouncerChanges int
+	// Failover is set when this probe saw the answering MAC change;
+	// FailoverSeconds is then how long the IP went unanswered (0: no probe
+	// went unanswered).
+	Failover        bool
+	FailoverSeconds float64
 }

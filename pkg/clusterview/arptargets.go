@@ -49,6 +49,8 @@ func (v *View) ARPTargets(k int) arpcheck.TargetSource {
 				ExpectedNode: in.AnnouncingNode,
 				Service:      in.Service.String(),
 				Unannounced:  v.Unannounced(ctx, in),
+
+				ExpectedInterfaces: in.AnnouncingInterfaces,
 			})
 		}
 		return out, nil

@@ -55,14 +55,21 @@ type nodeMetadataClient interface {
 	List(ctx context.Context, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error)
 }
 
-// macOwner is a node interface that published a MAC.
-type macOwner struct{ node, iface string }
+// macOwner is a node interface that published a MAC, and whether it is down.
+type macOwner struct {
+	node, iface string
+	down        bool
+}
 
 // nodeMACs is what one node published, and when it was read.
 type nodeMACs struct {
 	macs map[string]string // interface → lower-case MAC
+	down map[string]string // down interface → lower-case MAC
 	read time.Time
 }
+
+// publishedMACs is what one Node's annotations say.
+type publishedMACs struct{ up, down map[string]string }
 
 // macDirectory names ARP responders from the MACs each agent publishes on its
 // own Node (nodestatus.MACsAnnotation), reading Node metadata only when a probe needs
@@ -83,40 +90,56 @@ type macDirectory struct {
 	gets     []time.Time          // GETs of the last minute
 }
 
-var _ arpcheck.Directory = (*macDirectory)(nil)
+var _ arpcheck.InterfaceDirectory = (*macDirectory)(nil)
 
 func newMACDirectory(client nodeMetadataClient) *macDirectory {
 	return &macDirectory{client: client, now: time.Now, nodes: map[string]nodeMACs{}, byMAC: map[string]macOwner{}, unknown: map[string]time.Time{}}
 }
 
-// set records what node published (nil: nothing) at t.
-func (d *macDirectory) set(node string, macs map[string]string, t time.Time) {
-	for _, m := range d.nodes[node].macs {
-		if o := d.byMAC[m]; o.node == node {
-			delete(d.byMAC, m)
+// set records what node published (nothing: zero) at t. A MAC published
+// for an interface that is up is never down (VLANs share their parent's
+// MAC, bonds their ports').
+func (d *macDirectory) set(node string, p publishedMACs, t time.Time) {
+	old := d.nodes[node]
+	for _, list := range []map[string]string{old.macs, old.down} {
+		for _, m := range list {
+			if o := d.byMAC[m]; o.node == node {
+				delete(d.byMAC, m)
+			}
 		}
 	}
-	norm := make(map[string]string, len(macs))
-	for ifc, m := range macs {
+	down := make(map[string]string, len(p.down))
+	for ifc, m := range p.down {
+		m = strings.ToLower(m)
+		down[ifc] = m
+		d.byMAC[m] = macOwner{node: node, iface: ifc, down: true}
+		delete(d.unknown, m)
+	}
+	norm := make(map[string]string, len(p.up))
+	for ifc, m := range p.up {
 		m = strings.ToLower(m)
 		norm[ifc] = m
 		d.byMAC[m] = macOwner{node: node, iface: ifc}
 		delete(d.unknown, m)
 	}
-	d.nodes[node] = nodeMACs{macs: norm, read: t}
+	d.nodes[node] = nodeMACs{macs: norm, down: down, read: t}
 }
 
-// published decodes a Node's annotation; nil when absent or malformed.
-func published(m *metav1.PartialObjectMetadata) map[string]string {
-	raw, ok := m.Annotations[nodestatus.MACsAnnotation]
-	if !ok {
-		return nil
+// published decodes a Node's annotations; an absent or malformed one
+// gives nothing.
+func published(m *metav1.PartialObjectMetadata) publishedMACs {
+	decode := func(key string) map[string]string {
+		raw, ok := m.Annotations[key]
+		if !ok {
+			return nil
+		}
+		macs, err := nodestatus.DecodeMACs(raw)
+		if err != nil {
+			return nil
+		}
+		return macs
 	}
-	macs, err := nodestatus.DecodeMACs(raw)
-	if err != nil {
-		return nil
-	}
-	return macs
+	return publishedMACs{up: decode(nodestatus.MACsAnnotation), down: decode(nodestatus.DownMACsAnnotation)}
 }
 
 // useGet reports whether a miss may be a GET (within the budget) rather than a LIST.
@@ -175,7 +198,7 @@ func (d *macDirectory) get(ctx context.Context, node string) {
 	defer d.mu.Unlock()
 	switch {
 	case apierrors.IsNotFound(err):
-		d.set(node, nil, d.now())
+		d.set(node, publishedMACs{}, d.now())
 	case err != nil:
 		klog.FromContext(ctx).V(2).Info("Cannot read a node's MACs", "peer", node, "err", err)
 	default:
@@ -193,7 +216,7 @@ func (d *macDirectory) list(ctx context.Context) {
 	}
 	d.lastList = now
 	d.mu.Unlock()
-	read := map[string]map[string]string{}
+	read := map[string]publishedMACs{}
 	opts := metav1.ListOptions{Limit: macListPage}
 	for {
 		l, err := d.client.List(ctx, opts)
@@ -213,7 +236,7 @@ func (d *macDirectory) list(ctx context.Context) {
 	defer d.mu.Unlock()
 	for n := range d.nodes {
 		if _, ok := read[n]; !ok {
-			d.set(n, nil, now)
+			d.set(n, publishedMACs{}, now)
 			delete(d.nodes, n)
 		}
 	}
@@ -228,13 +251,21 @@ func (d *macDirectory) list(ctx context.Context) {
 // with lookup, a MAC it does not know makes it read every Node (one LIST),
 // unless a LIST did not find that MAC within macUnknownTTL.
 func (d *macDirectory) NodeForMAC(ctx context.Context, mac net.HardwareAddr, lookup bool) (string, bool) {
-	n, _, ok := d.owner(ctx, mac, lookup)
-	return n, ok
+	o, ok := d.owner(ctx, mac, lookup)
+	return o.node, ok
 }
 
-func (d *macDirectory) owner(ctx context.Context, mac net.HardwareAddr, lookup bool) (node, iface string, ok bool) {
+// InterfaceForMAC implements arpcheck.InterfaceDirectory: the node and
+// interface that published mac, and whether that interface is down (it
+// reads as NodeForMAC does).
+func (d *macDirectory) InterfaceForMAC(ctx context.Context, mac net.HardwareAddr, lookup bool) (node, iface string, down, ok bool) {
+	o, ok := d.owner(ctx, mac, lookup)
+	return o.node, o.iface, o.down, ok
+}
+
+func (d *macDirectory) owner(ctx context.Context, mac net.HardwareAddr, lookup bool) (macOwner, bool) {
 	if d == nil {
-		return "", "", false
+		return macOwner{}, false
 	}
 	want := strings.ToLower(mac.String())
 	d.mu.Lock()
@@ -243,7 +274,7 @@ func (d *macDirectory) owner(ctx context.Context, mac net.HardwareAddr, lookup b
 	now := d.now()
 	d.mu.Unlock()
 	if ok || !lookup || d.client == nil || (seen && now.Sub(miss) < macUnknownTTL) {
-		return o.node, o.iface, ok
+		return o, ok
 	}
 	d.list(ctx)
 	d.mu.Lock()
@@ -258,5 +289,5 @@ func (d *macDirectory) owner(ctx context.Context, mac net.HardwareAddr, lookup b
 		}
 		d.unknown[want] = d.listed
 	}
-	return o.node, o.iface, ok
+	return o, ok
 }

@@ -17,7 +17,7 @@ import (
 const namespace = "ipvs_guard"
 
 // ARP probe results, as in the arp check's findings (docs/design.md §8).
-var arpResults = []string{"answered", "no-reply", "conflict", "wrong-responder"}
+var arpResults = []string{"answered", "no-reply", "conflict", "wrong-responder", "reply-from-other-interface", "reply-from-down-interface"}
 
 // Check statuses, in the order they are exposed.
 var checkStatuses = []check.Status{check.StatusOK, check.StatusProblem, check.StatusError, check.StatusSkipped}
@@ -83,6 +83,7 @@ type Collector struct {
 	arpProbeResult        *prometheus.Desc
 	arpResponders         *prometheus.Desc
 	arpProbeRTT           *prometheus.Desc
+	arpAnnouncerChanges   *prometheus.Desc
 	nftablesReady         *prometheus.Desc
 	nftablesFindings      *prometheus.Desc
 	ipvsLeftovers         *prometheus.Desc
@@ -236,6 +237,9 @@ func newCollector(snapshot func() Snapshot, info version.Info) *Collector {
 		arpProbeRTT: d("arp", "probe_rtt_seconds",
 			"Round-trip time of the first reply to the latest ARP (IPv4) or NDP (IPv6) probe of a LoadBalancer IP (absent when nothing answered).",
 			"ip", "family", "interface"),
+		arpAnnouncerChanges: d("arp", "announcer_changes_last_hour",
+			"Number of times the MAC answering for a LoadBalancer IP this node probes changed in the last hour (a failover each, or a flap). Like the other per-IP series it covers only the IPs sharded to this node.",
+			"ip", "family", "interface"),
 		nftablesReady: d("nftables", "ready",
 			"Whether this node is ready for kube-proxy's nftables mode: 1 when the nftables-readiness report found no blocker, 0 when it found one; absent when the report has not run (an advisory: it feeds no Node condition)."),
 		nftablesFindings: d("nftables", "readiness_findings",
@@ -265,7 +269,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.buildInfo, c.checkStatus, c.conditionStatus, c.conditionReason,
 		c.moduleLoaded, c.moduleDeclared, c.moduleAvailable, c.moduleStale,
 		c.kubeProxyMode, c.kubeProxyStrictARP, c.virtualServers, c.virtualServersNoReal,
-		c.arpProbeResult, c.arpResponders, c.arpProbeRTT,
+		c.arpProbeResult, c.arpResponders, c.arpProbeRTT, c.arpAnnouncerChanges,
 		c.nftablesReady, c.nftablesFindings, c.ipvsLeftovers,
 		c.reconcileTotal, c.reconcileErrors, c.reconcileLastSuccess, c.reconcileLastDuration,
 	} {
@@ -365,6 +369,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.arpProbeResult, boolValue(a.Result == res), a.IP, a.Family, a.Interface, a.Service, res)
 		}
 		gauge(c.arpResponders, float64(a.Responders), a.IP, a.Family, a.Interface)
+		gauge(c.arpAnnouncerChanges, float64(a.AnnouncerChanges), a.IP, a.Family, a.Interface)
 		if a.Responders > 0 && a.RTTSeconds > 0 {
 			gauge(c.arpProbeRTT, a.RTTSeconds, a.IP, a.Family, a.Interface)
 		}

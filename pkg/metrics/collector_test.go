@@ -148,18 +148,26 @@ ipvs_guard_modules_stale_declaration{module="nf_conntrack_ipv4"} 1
 ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="answered",service="default/web"} 1
 ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="conflict",service="default/web"} 0
 ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="no-reply",service="default/web"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="reply-from-down-interface",service="default/web"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="reply-from-other-interface",service="default/web"} 0
 ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="wrong-responder",service="default/web"} 0
 ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="answered",service=""} 0
 ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="conflict",service=""} 0
 ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="no-reply",service=""} 1
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="reply-from-down-interface",service=""} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="reply-from-other-interface",service=""} 0
 ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="wrong-responder",service=""} 0
 ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.12",result="answered",service=""} 0
 ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.12",result="conflict",service=""} 1
 ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.12",result="no-reply",service=""} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.12",result="reply-from-down-interface",service=""} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.12",result="reply-from-other-interface",service=""} 0
 ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.12",result="wrong-responder",service=""} 0
 ipvs_guard_arp_probe_result{family="ipv6",interface="eth0",ip="2001:db8::10",result="answered",service=""} 0
 ipvs_guard_arp_probe_result{family="ipv6",interface="eth0",ip="2001:db8::10",result="conflict",service=""} 0
 ipvs_guard_arp_probe_result{family="ipv6",interface="eth0",ip="2001:db8::10",result="no-reply",service=""} 0
+ipvs_guard_arp_probe_result{family="ipv6",interface="eth0",ip="2001:db8::10",result="reply-from-down-interface",service=""} 0
+ipvs_guard_arp_probe_result{family="ipv6",interface="eth0",ip="2001:db8::10",result="reply-from-other-interface",service=""} 0
 ipvs_guard_arp_probe_result{family="ipv6",interface="eth0",ip="2001:db8::10",result="wrong-responder",service=""} 1
 # HELP ipvs_guard_arp_probe_rtt_seconds Round-trip time of the first reply to the latest ARP (IPv4) or NDP (IPv6) probe of a LoadBalancer IP (absent when nothing answered).
 # TYPE ipvs_guard_arp_probe_rtt_seconds gauge
@@ -264,8 +272,8 @@ ipvs_guard_arp_responders{family="ipv4",interface="eth0",ip="192.0.2.10"} 1
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ipvs_guard_arp_responders"); err != nil {
 		t.Error(err)
 	}
-	if got := testutil.CollectAndCount(c, "ipvs_guard_arp_probe_result"); got != 4 {
-		t.Errorf("probe result series after: got %d, want 4 (one IP × four results)", got)
+	if got := testutil.CollectAndCount(c, "ipvs_guard_arp_probe_result"); got != 6 {
+		t.Errorf("probe result series after: got %d, want 6 (one IP × six results)", got)
 	}
 }
 

@@ -18,7 +18,7 @@ func TestDescribeListsEverything(t *testing.T) {
 	descs := make(chan *prometheus.Desc, 64)
 	NewCollector(func() Snapshot { return Snapshot{} }).Describe(descs)
 	close(descs)
-	want := len(descs) + 3 // + reconcile duration, module loads, ARP probe duration
+	want := len(descs) + 4 // + reconcile duration, module loads, ARP probe duration, failover
 	if len(fams) != want {
 		t.Errorf("Describe listed %d metrics, want %d: a metric has no documentation sample", len(fams), want)
 	}

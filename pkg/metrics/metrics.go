@@ -28,7 +28,16 @@ type Metrics struct {
 	reconcileDuration *prometheus.HistogramVec
 	moduleLoads       *prometheus.CounterVec
 	arpProbeDuration  *prometheus.HistogramVec
+	arpFailover       *prometheus.HistogramVec
 }
+
+// FailoverBuckets are the buckets of ipvs_guard_arp_failover_seconds: 0
+// (no probe went unanswered) and sub-second moves, MetalLB's memberlist
+// failover (a dead speaker is suspected within 1 s and declared dead 4–24 s
+// later with memberlist's LAN defaults, then the new speaker sends its
+// gratuitous ARP), up to the minutes a failover takes without memberlist
+// (a Node going NotReady, a speaker pod deleted).
+var FailoverBuckets = []float64{0, 0.5, 1, 2, 5, 10, 15, 20, 30, 60, 120, 300, 600}
 
 // NewMetrics creates the activity metrics and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
@@ -48,7 +57,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5},
 		}, []string{"family", "result"}),
 	}
-	for _, c := range []prometheus.Collector{m.reconcileDuration, m.moduleLoads, m.arpProbeDuration} {
+	m.arpFailover = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace, Subsystem: "arp", Name: "failover_seconds",
+		Help:    "How long a LoadBalancer IP this node probes went unanswered when the MAC answering for it changed (0: no probe went unanswered), by family; its count is the number of such changes. Estimated from the check's probes, to within half the time between two probes.",
+		Buckets: FailoverBuckets,
+	}, []string{"family"})
+	for _, c := range []prometheus.Collector{m.reconcileDuration, m.moduleLoads, m.arpProbeDuration, m.arpFailover} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering activity metrics: %w", err)
 		}
@@ -67,6 +81,9 @@ func (m *Metrics) ObserveCheck(res check.Result, err error, d time.Duration) {
 	for _, f := range res.Findings {
 		if a := findingState(f).ARP; a != nil && a.Result != "" && a.RTTSeconds > 0 {
 			m.arpProbeDuration.WithLabelValues(a.Family, a.Result).Observe(a.RTTSeconds)
+		}
+		if a := findingState(f).ARP; a != nil && a.Failover {
+			m.arpFailover.WithLabelValues(a.Family).Observe(a.FailoverSeconds)
 		}
 	}
 }

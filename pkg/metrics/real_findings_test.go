@@ -67,10 +67,14 @@ ipvs_guard_modules_loaded{module="nf_conntrack"} 1
 ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="answered",service="default/web"} 0
 ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="conflict",service="default/web"} 1
 ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="no-reply",service="default/web"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="reply-from-down-interface",service="default/web"} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="reply-from-other-interface",service="default/web"} 0
 ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.10",result="wrong-responder",service="default/web"} 0
 ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="answered",service=""} 0
 ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="conflict",service=""} 0
 ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="no-reply",service=""} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="reply-from-down-interface",service=""} 0
+ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="reply-from-other-interface",service=""} 0
 ipvs_guard_arp_probe_result{family="ipv4",interface="eth0",ip="192.0.2.11",result="wrong-responder",service=""} 1
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(wantResult), "ipvs_guard_arp_probe_result"); err != nil {

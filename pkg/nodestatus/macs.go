@@ -14,6 +14,38 @@ import (
 // can be named as a node.
 const MACsAnnotation = "ipvs-guard.io/macs"
 
+// DownMACsAnnotation is the Node annotation where each agent publishes the
+// MACs of its interfaces that are down (administratively, or up without
+// carrier), in the same JSON shape as MACsAnnotation, so a reply carrying
+// such a MAC is named as one from a down interface. A separate annotation
+// keeps MACsAnnotation's shape for readers that predate it.
+const DownMACsAnnotation = "ipvs-guard.io/macs-down"
+
+// HostDownMACs returns the MAC of every non-loopback Ethernet interface that
+// is down or has no carrier (kube-ipvs0 left out: it is always down and
+// never answers with its MAC). Such interfaces rarely come and go, so the
+// annotation rarely changes.
+func HostDownMACs() (map[string]string, error) {
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("listing interfaces: %w", err)
+	}
+	return downMACs(ifaces), nil
+}
+
+func downMACs(ifaces []net.Interface) map[string]string {
+	out := map[string]string{}
+	for _, ifc := range ifaces {
+		if ifc.Flags&net.FlagLoopback != 0 || len(ifc.HardwareAddr) != 6 || ifc.Name == "kube-ipvs0" {
+			continue
+		}
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagRunning == 0 {
+			out[ifc.Name] = ifc.HardwareAddr.String()
+		}
+	}
+	return out
+}
+
 // HostMACs returns the MAC of every up, non-loopback interface that carries
 // a global IPv4 or IPv6 address (those are the ones that answer ARP and
 // neighbour solicitations); interfaces without one (link-local only), such as pod veths, are left out so pod churn never rewrites the
