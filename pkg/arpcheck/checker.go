@@ -55,6 +55,11 @@ type Target struct {
 	// Unannounced, when set, says why no node announces the IP (from
 	// MetalLB's state); a no-reply finding's message carries it.
 	Unannounced string
+	// Explain, when set, is asked why the IP is not answered once a probe
+	// found it unanswered (never before: it may read the API): cause is a
+	// stable UpperCamelCase name, message names the object to fix and
+	// replaces Unannounced. Empty strings: nothing known.
+	Explain func(ctx context.Context) (cause, message string)
 }
 
 // TargetSource returns the targets of one check run. The agent builds it
@@ -501,6 +506,11 @@ func (c *Checker) finding(ctx context.Context, t Target, iface string, o Observa
 		ExpectedNode: t.ExpectedNode,
 		Service:      t.Service,
 		Unannounced:  t.Unannounced,
+	}
+	if f.Result == ResultNoReply && t.Explain != nil {
+		if cause, msg := t.Explain(ctx); msg != "" {
+			f.Cause, f.Unannounced = cause, msg
+		}
 	}
 	// Sorted, so that a message (and a Node condition) does not change with
 	// the order replies happened to arrive in.

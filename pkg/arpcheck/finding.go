@@ -38,6 +38,9 @@ type Finding struct {
 	// Unannounced says why no node announces the IP, when the cluster's
 	// MetalLB state tells (no ServiceL2Status for it).
 	Unannounced string `json:"unannounced,omitempty"`
+	// Cause names why the IP is not answered (a stable UpperCamelCase
+	// name, e.g. NoL2Advertisement), when known; Unannounced then says it.
+	Cause string `json:"cause,omitempty"`
 }
 
 // String renders the finding as one line, e.g.
@@ -86,6 +89,7 @@ func (f Finding) State() check.State {
 		Responders: len(f.MACs),
 		RTTSeconds: f.RTTSeconds,
 		Service:    f.Service,
+		Cause:      f.Cause,
 	}}
 }
 

@@ -23,6 +23,9 @@ type State struct {
 	// ARP is the verdict of one probe of a LoadBalancer IP
 	// (ipvs_guard_arp_*).
 	ARP *ARPState
+	// LBIPConflict is a LoadBalancer IP something else claims too
+	// (ipvs_guard_lb_ip_conflict).
+	LBIPConflict *LBIPConflictState
 }
 
 // ModuleState is the state of one required kernel module.
@@ -74,4 +77,22 @@ type ARPState struct {
 	RTTSeconds float64
 	// Service is the IP's Service (namespace/name), empty when unknown.
 	Service string
+	// Cause names why the IP is not answered, when known
+	// (ipvs_guard_arp_no_reply_cause).
+	Cause string
+}
+
+// LBIPConflictState is one LoadBalancer IP that something besides its
+// Service claims: a node's address, an interface of this node, or another
+// Service that does not share it by MetalLB's rules.
+type LBIPConflictState struct {
+	// IP is the LoadBalancer IP.
+	IP string
+	// Kind is what else claims it: node-address, interface or service.
+	Kind string
+	// Owner is the IP's Service (namespace/name).
+	Owner string
+	// Other names the other claimant: node/address type, node/interface, or
+	// the other Service (namespace/name).
+	Other string
 }

@@ -48,7 +48,10 @@ func (v *View) ARPTargets(k int) arpcheck.TargetSource {
 				IP:           in.IP,
 				ExpectedNode: in.AnnouncingNode,
 				Service:      in.Service.String(),
-				Unannounced:  v.Unannounced(ctx, in),
+				Explain: func(ctx context.Context) (string, string) {
+					c := v.Explain(ctx, in)
+					return c.Reason, c.Message
+				},
 			})
 		}
 		return out, nil

@@ -83,6 +83,8 @@ type Collector struct {
 	arpProbeResult        *prometheus.Desc
 	arpResponders         *prometheus.Desc
 	arpProbeRTT           *prometheus.Desc
+	arpNoReplyCause       *prometheus.Desc
+	lbIPConflict          *prometheus.Desc
 	reconcileTotal        *prometheus.Desc
 	reconcileErrors       *prometheus.Desc
 	reconcileLastSuccess  *prometheus.Desc
@@ -146,6 +148,12 @@ func newCollector(snapshot func() Snapshot, info version.Info) *Collector {
 		arpProbeRTT: d("arp", "probe_rtt_seconds",
 			"Round-trip time of the first reply to the latest ARP (IPv4) or NDP (IPv6) probe of a LoadBalancer IP (absent when nothing answered).",
 			"ip", "family", "interface"),
+		arpNoReplyCause: d("arp", "no_reply_cause",
+			"Why a LoadBalancer IP this node probes got no reply, as read from MetalLB's state (e.g. NoL2Advertisement, NodesExcludedFromLoadBalancers); the value is always 1, absent when it is answered or nothing is known.",
+			"ip", "family", "service", "cause"),
+		lbIPConflict: d("lb_ip", "conflict",
+			"A LoadBalancer IP something else claims too: kind node-address (a Node's InternalIP/ExternalIP), interface (an interface of this node other than kube-ipvs0) or service (another Service not sharing it by MetalLB's allow-shared-ip rules); owner is its Service, other the other claimant. The value is always 1.",
+			"ip", "kind", "owner", "other"),
 		reconcileTotal: d("reconcile", "total",
 			"Number of finished check runs by the reconcile loop, by check.",
 			"check"),
@@ -167,7 +175,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.buildInfo, c.checkStatus, c.conditionStatus, c.conditionReason,
 		c.moduleLoaded, c.moduleDeclared, c.moduleAvailable, c.moduleStale,
 		c.kubeProxyMode, c.kubeProxyStrictARP, c.virtualServers, c.virtualServersNoReal,
-		c.arpProbeResult, c.arpResponders, c.arpProbeRTT,
+		c.arpProbeResult, c.arpResponders, c.arpProbeRTT, c.arpNoReplyCause, c.lbIPConflict,
 		c.reconcileTotal, c.reconcileErrors, c.reconcileLastSuccess, c.reconcileLastDuration,
 	} {
 		ch <- d
@@ -246,6 +254,24 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if a.Responders > 0 && a.RTTSeconds > 0 {
 			gauge(c.arpProbeRTT, a.RTTSeconds, a.IP, a.Family, a.Interface)
 		}
+	}
+	causes := map[[4]string]bool{} // one series per IP and cause, whatever the interface
+	for _, k := range keys {
+		if a := st.arp[k]; a.Cause != "" && a.Result == "no-reply" && !causes[[4]string{a.IP, a.Family, a.Service, a.Cause}] {
+			causes[[4]string{a.IP, a.Family, a.Service, a.Cause}] = true
+			gauge(c.arpNoReplyCause, 1, a.IP, a.Family, a.Service, a.Cause)
+		}
+	}
+	conflicts := make([]check.LBIPConflictState, 0, len(st.conflicts))
+	for k := range st.conflicts {
+		conflicts = append(conflicts, k)
+	}
+	sort.Slice(conflicts, func(i, j int) bool {
+		a, b := conflicts[i], conflicts[j]
+		return a.IP+"\x00"+a.Kind+"\x00"+a.Owner+"\x00"+a.Other < b.IP+"\x00"+b.Kind+"\x00"+b.Owner+"\x00"+b.Other
+	})
+	for _, k := range conflicts {
+		gauge(c.lbIPConflict, 1, k.IP, k.Kind, k.Owner, k.Other)
 	}
 }
 

@@ -287,10 +287,11 @@ ipvs_guard_reconcile_total{check="modules"} 3
 // TestEveryStateKindIsExposed fails when a kind is added to check.State
 // without a sample here and metrics in the collector.
 var stateSamples = map[string]check.State{
-	"Module":    {Module: &check.ModuleState{Module: "ip_vs", Loaded: true}},
-	"KubeProxy": {KubeProxy: &check.KubeProxyState{Mode: "ipvs"}},
-	"IPVSTable": {IPVSTable: &check.IPVSTableState{VirtualServers: 1}},
-	"ARP":       {ARP: &check.ARPState{IP: "192.0.2.1", Family: "ipv4", Interface: "eth0", Result: "answered", Responders: 1}},
+	"Module":       {Module: &check.ModuleState{Module: "ip_vs", Loaded: true}},
+	"KubeProxy":    {KubeProxy: &check.KubeProxyState{Mode: "ipvs"}},
+	"IPVSTable":    {IPVSTable: &check.IPVSTableState{VirtualServers: 1}},
+	"ARP":          {ARP: &check.ARPState{IP: "192.0.2.1", Family: "ipv4", Interface: "eth0", Result: "answered", Responders: 1}},
+	"LBIPConflict": {LBIPConflict: &check.LBIPConflictState{IP: "192.0.2.1", Kind: "service", Owner: "default/a", Other: "default/b"}},
 }
 
 // TestEveryStateKindIsExposed checks that every kind of state a finding can

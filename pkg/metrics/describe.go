@@ -38,7 +38,11 @@ func Describe() ([]Family, error) {
 			sample(check.NameModules, check.State{Module: &check.ModuleState{Module: "ip_vs"}}),
 			sample(check.NameKubeProxy, check.State{KubeProxy: &check.KubeProxyState{Mode: "ipvs", StrictARP: &strict}}),
 			sample(check.NameIPVS, check.State{IPVSTable: &check.IPVSTableState{VirtualServers: 1, WithoutRealServers: &noReal}}),
-			sample(check.NameARP, check.State{ARP: &check.ARPState{IP: "192.0.2.1", Interface: "eth0", Result: "answered", Responders: 1, RTTSeconds: 0.001}}),
+			{Name: check.NameARP, Status: check.StatusOK, Findings: []check.Finding{
+				stateFinding(check.State{ARP: &check.ARPState{IP: "192.0.2.1", Interface: "eth0", Result: "answered", Responders: 1, RTTSeconds: 0.001}}),
+				stateFinding(check.State{ARP: &check.ARPState{IP: "192.0.2.2", Interface: "eth0", Result: "no-reply", Service: "default/web", Cause: "NoL2Advertisement"}}),
+				stateFinding(check.State{LBIPConflict: &check.LBIPConflictState{IP: "192.0.2.3", Kind: "service", Owner: "default/a", Other: "default/b"}}),
+			}},
 		},
 		Conditions: []Condition{{Type: "IPVSModulesMissing", Status: "False", Reason: "ModulesLoaded"}},
 		Checks:     []CheckRuns{{Name: check.NameModules, Runs: 1, LastSuccess: time.Unix(1, 0)}},
