@@ -160,7 +160,7 @@ func New(nodeName string, client kube.Interface, dyn dynamic.Interface, meta met
 		endpoints: newEndpointsOnDemand(client, true), unannouncedEndpoints: newEndpointsOnDemand(client, false),
 		metallb: newMetalLBOnDemand(client, dyn),
 		peers:   newPeerSet(nodeName, client, types.NamespacedName{}),
-		macs:  newMACDirectory(nil),
+		macs:    newMACDirectory(nil),
 
 		discoveryTimeout: DiscoveryTimeout, stopTimeout: InformerStopTimeout,
 	}
