@@ -89,7 +89,7 @@ func TestConflictCheck(t *testing.T) {
 		notProbe bool     // another node probes the IPs
 	}{
 		{name: "no conflict", objs: []*corev1.Service{lbService("default", "web", "192.0.2.20")}, self: node("self", true, ""),
-			ifs: arpcheck.LocalInterfaces{"eth0": {netip.MustParsePrefix("192.0.2.2/24")}, "kube-ipvs0": {netip.MustParsePrefix("192.0.2.20/32")}},
+			ifs:   arpcheck.LocalInterfaces{"eth0": {netip.MustParsePrefix("192.0.2.2/24")}, "kube-ipvs0": {netip.MustParsePrefix("192.0.2.20/32")}},
 			inner: answered, want: answered},
 		{name: "two services, one IP", objs: []*corev1.Service{sharedService("a", "", false, nil, 80), sharedService("b", "", false, nil, 80)}, self: node("self", true, ""),
 			inner: answered, want: check.Result{Status: check.StatusProblem, Reason: ReasonLBIPConflict},
