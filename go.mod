@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/google/go-cmp v0.7.0
+	github.com/google/nftables v0.3.0
 	github.com/gopacket/gopacket v1.7.7
 	github.com/klauspost/compress v1.20.3
 	github.com/mdlayher/packet v1.2.0
@@ -20,6 +21,8 @@ require (
 	k8s.io/klog/v2 v2.140.0
 	sigs.k8s.io/yaml v1.6.0
 )
+
+require github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42 // indirect
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

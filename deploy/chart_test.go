@@ -170,11 +170,12 @@ func TestRender(t *testing.T) {
 		notWantArgs []string
 	}{
 		{
-			name:       "defaults: remediation on",
-			wantKinds:  []string{"ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "Role", "Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Service", "Service", "ServiceAccount", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
-			wantCaps:   []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
-			wantMounts: bootMounts(false),
-			wantArgs:   []string{"run", "--remediate", "--metrics-bind-address=:9473", "--health-probe-bind-address=:9474", "--resync-period=1m", "--kube-proxy-metrics-address=127.0.0.1:10249", "--peers-service=ipvs-guard/ipvs-guard-peers"},
+			name:        "defaults: remediation on",
+			wantKinds:   []string{"ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "Role", "Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Service", "Service", "ServiceAccount", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantCaps:    []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
+			wantMounts:  bootMounts(false),
+			wantArgs:    []string{"run", "--remediate", "--metrics-bind-address=:9473", "--health-probe-bind-address=:9474", "--resync-period=1m", "--kube-proxy-metrics-address=127.0.0.1:10249", "--peers-service=ipvs-guard/ipvs-guard-peers", "--nftables-readiness-interval=1h"},
+			notWantArgs: []string{"--remove-own-ipvs-leftovers"},
 		},
 		{
 			name:        "report-only: no SYS_MODULE, no writable host mount",
@@ -184,6 +185,24 @@ func TestRender(t *testing.T) {
 			wantMounts:  bootMounts(true),
 			wantArgs:    []string{"run", "--metrics-bind-address=:9473"},
 			notWantArgs: []string{"--remediate"},
+		},
+		{
+			name:        "own IPVS leftovers removed when asked, with remediation",
+			set:         []string{"nftablesMigration.removeOwnLeftovers=true", "nftablesMigration.readinessInterval=6h"},
+			wantKinds:   []string{"ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "Role", "Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Service", "Service", "ServiceAccount", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantCaps:    []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
+			wantMounts:  bootMounts(false),
+			wantArgs:    []string{"--remediate", "--remove-own-ipvs-leftovers", "--nftables-readiness-interval=6h"},
+			notWantArgs: nil,
+		},
+		{
+			name:        "own IPVS leftovers never removed by a report-only agent (its mounts are read-only)",
+			set:         []string{"nftablesMigration.removeOwnLeftovers=true", "remediation.enabled=false"},
+			wantKinds:   []string{"ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "Role", "Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Service", "Service", "ServiceAccount", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantCaps:    []corev1.Capability{"NET_ADMIN", "NET_RAW"},
+			wantMounts:  bootMounts(true),
+			wantArgs:    []string{"--nftables-readiness-interval=1h"},
+			notWantArgs: []string{"--remediate", "--remove-own-ipvs-leftovers"},
 		},
 		{
 			name:       "metrics off, no uninstall cleanup: only the peers Service, metrics server disabled, no hook",

@@ -36,6 +36,9 @@ func TestEveryAlertLinksAnExistingRunbook(t *testing.T) {
 	}
 	// Reasons KubeProxyIPVSDegraded can be True with (kube-proxy and ipvs checks).
 	degraded := []string{"ProxyModeNotIPVS", "KubeIPVS0Missing", "IPVSModuleNotLoaded", "VirtualServerMissing", "NoRealServers", "SchedulerMismatch", "CheckFailed"}
+	degraded = append(degraded, "KubeProxySyncStale")
+	// Advisories the ipvs-sysctls alert can carry (pkg/ipvssysctl).
+	advisories := []string{"IPVSConnReuseDelay", "IPVSConnReuseStickyBackend", "IPVSExpireNodestConnOff", "IPVSExpireQuiescentTemplateOff", "IPVSConntrackOff", "IPVSTCPTimeoutBelowKeepalive"}
 	n := 0
 	for _, g := range file.Groups {
 		for _, r := range g.Rules {
@@ -50,6 +53,12 @@ func TestEveryAlertLinksAnExistingRunbook(t *testing.T) {
 				continue
 			}
 			pages := []string{page}
+			if strings.Contains(page, "{{ $labels.advisory }}") {
+				pages = nil
+				for _, a := range advisories {
+					pages = append(pages, strings.ReplaceAll(page, "{{ $labels.advisory }}", a))
+				}
+			}
 			if strings.Contains(page, "{{ $labels.reason }}") {
 				pages = nil
 				for _, reason := range degraded {

@@ -81,9 +81,10 @@ func (o *checkOptions) node() string {
 
 func newDiagnoseCommand() *cobra.Command {
 	var (
-		opts   checkOptions
-		fix    bool
-		output string
+		opts       checkOptions
+		fix        bool
+		output     string
+		targetMode string
 	)
 	cmd := &cobra.Command{
 		Use:   "diagnose",
@@ -96,7 +97,11 @@ func newDiagnoseCommand() *cobra.Command {
 			if err := opts.validate(); err != nil {
 				return usageError{err}
 			}
+			if err := checkset.ValidateTargetMode(targetMode); err != nil {
+				return usageError{fmt.Errorf("--target-mode: %w", err)}
+			}
 			cfg := opts.config(fix)
+			cfg.TargetMode = targetMode
 			kernel, _ := cfg.Root.KernelRelease()
 			cluster, err := opts.diagnoseCluster()
 			if err != nil {
@@ -125,6 +130,7 @@ func newDiagnoseCommand() *cobra.Command {
 	opts.addFlags(cmd)
 	cmd.Flags().BoolVar(&fix, "fix", false, "repair what can be repaired (load modules, write the modules-load.d file); without it nothing is changed")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cmd.Flags().StringVar(&targetMode, "target-mode", "", "also report whether this node is ready for kube-proxy in this mode (nftables) and what the switch changes")
 	return cmd
 }
 

@@ -265,3 +265,77 @@ func TestDiagnoseTextForgedFileName(t *testing.T) {
 		})
 	}
 }
+
+// TestDiagnoseTargetMode: --target-mode nftables adds the
+// nftables-readiness report to the JSON report, each finding with a kind
+// and a severity; without it the report is not there; ipvs-leftovers is
+// always there; an unknown mode is a usage error.
+func TestDiagnoseTargetMode(t *testing.T) {
+	type report struct {
+		Checks []struct {
+			Name     string `json:"name"`
+			Status   string `json:"status"`
+			Reason   string `json:"reason"`
+			Findings []struct {
+				Kind     string `json:"kind"`
+				Severity string `json:"severity"`
+				Message  string `json:"message"`
+			} `json:"findings"`
+		} `json:"checks"`
+	}
+	tests := []struct {
+		name          string
+		args          []string
+		wantReadiness bool
+		wantCode      int
+	}{
+		{name: "with --target-mode nftables", args: []string{"--target-mode", "nftables"}, wantReadiness: true, wantCode: 1},
+		{name: "without", wantCode: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := copyTestTree(t, "debian12")
+			args := append([]string{"diagnose", "--root", dir, "--node-name", "n1", "--kube-proxy-metrics-address", "127.0.0.1:1", "-o", "json"}, tt.args...)
+			out, code := runCLI(t, args...)
+			if code != tt.wantCode {
+				t.Fatalf("exit %d, want %d:\n%s", code, tt.wantCode, out)
+			}
+			var r report
+			if err := json.Unmarshal([]byte(out), &r); err != nil {
+				t.Fatalf("%v:\n%s", err, out)
+			}
+			seen := map[string]bool{}
+			for _, c := range r.Checks {
+				seen[c.Name] = true
+				switch c.Name {
+				case "ipvs-leftovers":
+					if c.Status != "skipped" || c.Reason != "IPVSInUse" {
+						t.Errorf("ipvs-leftovers %s %s, want skipped IPVSInUse (kube-proxy unreachable: IPVS assumed)", c.Status, c.Reason)
+					}
+				case "nftables-readiness":
+					if c.Status != "ok" && c.Status != "problem" {
+						t.Errorf("nftables-readiness status %s", c.Status)
+					}
+					if len(c.Findings) == 0 {
+						t.Error("nftables-readiness has no finding (kube-proxy unreachable is one)")
+					}
+					for _, f := range c.Findings {
+						if f.Kind == "" || (f.Severity != "blocker" && f.Severity != "change" && f.Severity != "info") || f.Message == "" {
+							t.Errorf("finding %+v lacks kind, severity or message", f)
+						}
+					}
+				}
+			}
+			if !seen["ipvs-leftovers"] {
+				t.Error("no ipvs-leftovers check")
+			}
+			if seen["nftables-readiness"] != tt.wantReadiness {
+				t.Errorf("nftables-readiness reported = %v, want %v", seen["nftables-readiness"], tt.wantReadiness)
+			}
+		})
+	}
+	out, code := runCLI(t, "diagnose", "--target-mode", "iptables")
+	if code != 2 || !strings.Contains(out, "--target-mode") {
+		t.Errorf("--target-mode iptables: exit %d, want 2 naming the flag:\n%s", code, out)
+	}
+}

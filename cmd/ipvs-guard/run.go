@@ -35,18 +35,22 @@ import (
 // runOptions are the flags of `ipvs-guard run` on top of the shared check flags.
 type runOptions struct {
 	checkOptions
-	remediate    bool
-	resyncPeriod time.Duration
-	metricsAddr  string
-	healthAddr   string
-	noUevents    bool
-	initialDelay time.Duration
-	apiQPS       float32
-	apiBurst     int
-	profiling    bool
-	peersService string
-	metallbNS    string
-	metallbTTL   time.Duration
+	remediate bool
+	// readinessInterval is how often the nftables-readiness report runs.
+	readinessInterval time.Duration
+	// removeOwnLeftovers removes ipvs-guard's own ipvs.conf once kube-proxy left IPVS mode.
+	removeOwnLeftovers bool
+	resyncPeriod       time.Duration
+	metricsAddr        string
+	healthAddr         string
+	noUevents          bool
+	initialDelay       time.Duration
+	apiQPS             float32
+	apiBurst           int
+	profiling          bool
+	peersService       string
+	metallbNS          string
+	metallbTTL         time.Duration
 }
 
 func newRunCommand() *cobra.Command {
@@ -69,6 +73,8 @@ func newRunCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.BoolVar(&opts.remediate, "remediate", false, "load missing modules and write the modules-load.d declaration file")
 	f.DurationVar(&opts.resyncPeriod, "resync-period", agent.DefaultResyncPeriod, "re-run every check this often (kernel state has no watch)")
+	f.DurationVar(&opts.readinessInterval, "nftables-readiness-interval", DefaultReadinessInterval, "run the nftables-readiness report (metrics only) at most this often; 0 turns it off")
+	f.BoolVar(&opts.removeOwnLeftovers, "remove-own-ipvs-leftovers", false, "once kube-proxy runs a mode other than IPVS, remove the modules-load.d file ipvs-guard wrote (only if nothing else is in it)")
 	f.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8080", "address of the /metrics endpoint (\"0\" disables it)")
 	f.StringVar(&opts.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (\"0\" disables it)")
 	f.BoolVar(&opts.noUevents, "no-uevents", false, "do not listen for kernel module uevents (rely on the resync period)")
@@ -121,6 +127,15 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	}
 	return cfg, nil
 }
+
+// DefaultReadinessInterval is how often the agent really runs the
+// nftables-readiness report: what it reads changes with a kernel upgrade, a
+// modprobe.d edit, a kube-proxy upgrade or reconfiguration, not with
+// traffic, and it is an advisory (metrics, an info alert), so an hour is
+// fresh enough; each real run costs a private network namespace, about ten
+// netlink batches (under 20 ms measured) and one walk of the IPVS
+// connection table, so 24 a day stay far below what kube-proxy itself does.
+const DefaultReadinessInterval = time.Hour
 
 // agentGCPercent is the agent's GOGC unless the environment sets one: its
 // heap is mostly long-lived informer caches (Services, its own Node and the
@@ -237,6 +252,8 @@ func buildChecks(ctx context.Context, opts *runOptions, cs kube.Interface, view 
 		}
 	}
 	cc.Cluster = &checkset.Cluster{Client: cs, View: view, ShardK: shard.DefaultK}
+	cc.ReadinessInterval = opts.readinessInterval
+	cc.RemoveOwnLeftovers = opts.removeOwnLeftovers
 	// A virtual server kube-proxy has not programmed yet is lag, not a
 	// problem: it counts once it stayed missing for kube-proxy's sync period.
 	cc.Settle = &check.Settler{Grace: ipvscheck.DefaultSettle}

@@ -90,6 +90,13 @@ kp_stop() {
 	echo "stopped kube-proxy"
 }
 
+# kp_pid prints the pid of the running kube-proxy binary (not its loop).
+kp_pid() {
+	for d in /proc/[0-9]*; do
+		[ "$(readlink "$d/exe" 2>/dev/null)" = /usr/local/bin/kube-proxy ] && echo "${d#/proc/}"
+	done
+}
+
 # kp_starts prints how many times kube-proxy was started by the loop.
 kp_starts() { wc -l <"$E2E_RUN/kube-proxy.starts" 2>/dev/null || echo 0; }
 

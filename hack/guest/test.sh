@@ -47,7 +47,9 @@ for rel in $releases; do
 		if [ -z "$pkgs" ]; then
 			pkgs=$kernel_pkgs
 		else
-			pkgs=$(for p in $pkgs; do for k in $kernel_pkgs; do [ "${p%/}" = "${k%/}" ] && echo "$p"; done; done | tr '\n' ' ')
+			# (`if`, not `&&`: a last package that is not kernel-dependent
+			# must not fail the loop under pipefail and end the tier.)
+			pkgs=$(for p in $pkgs; do for k in $kernel_pkgs; do if [ "${p%/}" = "${k%/}" ]; then echo "$p"; fi; done; done | tr '\n' ' ')
 			[ -n "${pkgs// /}" ] || continue
 		fi
 	fi

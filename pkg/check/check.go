@@ -32,6 +32,21 @@ const (
 	NameIPVS       = "ipvs"
 	NameARPSysctls = "arp-sysctls"
 	NameARP        = "arp"
+	// NameNFTablesReadiness is the advisory readiness report for kube-proxy's
+	// nftables mode (diagnose --target-mode nftables; the agent's metrics).
+	// It feeds no Node condition.
+	NameNFTablesReadiness = "nftables-readiness"
+	// NameIPVSLeftovers lists what IPVS mode left behind once kube-proxy
+	// runs another mode. It feeds no Node condition.
+	NameIPVSLeftovers = "ipvs-leftovers"
+)
+
+// Names of the advisory checks (docs/design.md §3b): they feed no Node condition.
+const (
+	// NameIPVSSysctls judges the IPVS sysctls and timeouts.
+	NameIPVSSysctls = "ipvs-sysctls"
+	// NameConntrack watches the netfilter connection table's use.
+	NameConntrack = "conntrack"
 )
 
 // Finding is one observation of a check, rendered as a line in the text report,

@@ -18,6 +18,10 @@ type IPVSUse struct {
 	Applies bool
 	// Mode is the mode kube-proxy reports it runs in ("" when unknown).
 	Mode string
+	// Assumed is true when kube-proxy could not be read fully just now and
+	// the answer is an assumption (IPVS, or the mode it last reported):
+	// nothing may be removed on it.
+	Assumed bool
 	// Message says why the prerequisites do not apply (Applies false), or
 	// what was assumed (Applies true, kube-proxy not fully readable); empty
 	// when kube-proxy was read and runs in IPVS mode or is configured for it.

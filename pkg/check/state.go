@@ -26,6 +26,76 @@ type State struct {
 	// LBIPConflict is a LoadBalancer IP something else claims too
 	// (ipvs_guard_lb_ip_conflict).
 	LBIPConflict *LBIPConflictState
+	// KubeProxySync is kube-proxy's sync freshness for one IP family
+	// (ipvs_guard_kube_proxy_sync_*).
+	KubeProxySync *KubeProxySyncState
+	// Advisory is one advisory finding (ipvs_guard_advisory).
+	Advisory *AdvisoryState
+	// Sysctl is the value of one sysctl or IPVS timeout a check judged
+	// (ipvs_guard_sysctl_value).
+	Sysctl *SysctlState
+	// Conntrack is the netfilter connection table's use
+	// (ipvs_guard_conntrack_*).
+	Conntrack *ConntrackState
+	// Readiness is one finding of the nftables-readiness report
+	// (ipvs_guard_nftables_readiness_findings).
+	Readiness *ReadinessState
+	// Leftover is one thing IPVS mode left behind (ipvs_guard_ipvs_leftovers).
+	Leftover *LeftoverState
+}
+
+// KubeProxySyncState is kube-proxy's sync freshness for one IP family.
+type KubeProxySyncState struct {
+	// IPFamily is kube-proxy's ip_family (IPv4, IPv6).
+	IPFamily string
+	// LastSyncSeconds and LastQueuedSeconds are Unix times (0: never).
+	LastSyncSeconds, LastQueuedSeconds float64
+	// HealthTimeoutSeconds is kube-proxy's health timeout.
+	HealthTimeoutSeconds float64
+	// Stale is true when an update has waited longer than the health timeout.
+	Stale bool
+}
+
+// AdvisoryState is one advisory: a setting that is risky but does not break
+// traffic now (docs/design.md §3b), never a condition.
+type AdvisoryState struct {
+	// Check is the check that found it.
+	Check string
+	// Advisory is its stable UpperCamelCase name.
+	Advisory string
+	// Severity is info or warning.
+	Severity string
+}
+
+// SysctlState is the value of one sysctl (or IPVS timeout) a check judged.
+type SysctlState struct {
+	// Name is the sysctl's dotted name (net.ipv4.vs.conn_reuse_mode), or
+	// for an IPVS timeout ipvs.timeout.tcp, ipvs.timeout.tcpfin, ipvs.timeout.udp.
+	Name string
+	// Value is its value.
+	Value float64
+}
+
+// ConntrackState is the use of the netfilter connection tracking table.
+type ConntrackState struct {
+	// Entries is nf_conntrack_count.
+	Entries float64
+	// Max is nf_conntrack_max.
+	Max float64
+}
+
+// ReadinessState is one finding of the nftables-readiness report.
+type ReadinessState struct {
+	// Kind is the finding's kind (kernel-version, nft-expression, …).
+	Kind string
+	// Severity is blocker, change or info.
+	Severity string
+}
+
+// LeftoverState is one thing IPVS mode left on the node.
+type LeftoverState struct {
+	// Kind is kube-ipvs0, virtual-server, ipset, sysctl or modules-load-file.
+	Kind string
 }
 
 // ModuleState is the state of one required kernel module.

@@ -5,6 +5,7 @@ package checkset
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/dynamic"
@@ -18,9 +19,11 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvssysctl"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
+	"github.com/ipvs-guard/ipvs-guard/pkg/nftready"
 )
 
 // DefaultListTimeout bounds the one-shot listing of the cluster (Services,
@@ -60,6 +63,29 @@ type Config struct {
 	// kube-proxy's lag behind a Service change is no problem on every
 	// node); nil reports every finding at once (diagnose).
 	Settle *check.Settler
+	// TargetMode adds the readiness report for a move to that proxy mode
+	// (diagnose --target-mode); "nftables" is the only one. Empty adds it
+	// only when ReadinessInterval is set.
+	TargetMode string
+	// ReadinessInterval adds the nftables-readiness check, run for real at
+	// most this often (the agent: an advisory published as metrics); 0
+	// adds it only when TargetMode asks.
+	ReadinessInterval time.Duration
+	// RemoveOwnLeftovers lets the ipvs-leftovers check remove the
+	// modules-load.d file ipvs-guard wrote, once kube-proxy runs another
+	// mode (chart value nftablesMigration.removeOwnLeftovers).
+	RemoveOwnLeftovers bool
+}
+
+// TargetModeNFTables is the one --target-mode there is.
+const TargetModeNFTables = kubeproxy.ModeNFTables
+
+// ValidateTargetMode refuses a --target-mode no readiness report exists for.
+func ValidateTargetMode(m string) error {
+	if m != "" && m != TargetModeNFTables {
+		return fmt.Errorf("unknown target mode %q: the one supported is %s", m, TargetModeNFTables)
+	}
+	return nil
 }
 
 // Cluster is the cluster access of the cluster-aware checks.
@@ -87,18 +113,54 @@ type Cluster struct {
 }
 
 // Build returns the checks in report order: modules, kube-proxy, ipvs,
-// arp-sysctls, arp. The only I/O it does is the one-shot listing of the
+// arp-sysctls, arp, then the advisory checks ipvs-sysctls, conntrack,
+// ipvs-leftovers, and nftables-readiness when TargetMode or
+// ReadinessInterval asks for it. The only I/O it does is the one-shot listing of the
 // cluster for the arp check (Cluster with Dynamic and no View, no
 // ProbeIPs); when that fails, the arp check reports the error on every run
 // and the other checks are built as usual.
 func Build(ctx context.Context, cfg Config) ([]check.Checker, error) {
 	s := newShared(cfg)
+	// One netlink socket for every check reading the IPVS table; in a
+	// one-shot run with the readiness report, one dump of it too.
+	var table ipvs.Interface = ipvs.New(cfg.Root)
+	if cfg.TargetMode != "" && cfg.ReadinessInterval == 0 {
+		table = &onePass{Interface: table}
+	}
 	var b builder
 	b.add(modules.NewChecker(modules.Config{Root: cfg.Root, SchedulerFunc: s.scheduler, Remediate: cfg.Remediate, Loader: cfg.Loader, Distro: s.distro, IPVSUse: s.use.Use}), nil)
 	b.add(kubeproxy.NewChecker(kubeproxy.CheckerConfig{Client: s.kubeProxy, ReadLink: kubeproxy.ReadLink, FallbackVersion: s.kubeProxyVersion, Scheduler: cfg.Scheduler, Distro: s.distro}))
-	b.add(ipvscheck.NewChecker(ipvscheck.Config{IPVS: ipvs.New(cfg.Root), ReadLink: kubeproxy.ReadLink, KubeProxy: s.kubeProxy, Cluster: s.services, NodeName: cfg.NodeName, Scheduler: s.schedulers.Resolve, Distro: s.distro, Settle: cfg.Settle, IPVSUse: s.use.Use}))
+	b.add(ipvscheck.NewChecker(ipvscheck.Config{IPVS: table, ReadLink: kubeproxy.ReadLink, KubeProxy: s.kubeProxy, Cluster: s.services, NodeName: cfg.NodeName, Scheduler: s.schedulers.Resolve, Distro: s.distro, Settle: cfg.Settle, IPVSUse: s.use.Use}))
 	b.add(arpsysctl.NewChecker(arpsysctl.Config{Root: cfg.Root, Interfaces: s.interfaces, ReadLink: kubeproxy.ReadLink, LoadBalancerIPs: s.lbIPs, KubeProxy: s.kubeProxy, Distro: s.distro, IPVSUse: s.use.Use}))
 	b.add(arpChecker(ctx, cfg))
+	// The advisory checks (docs/design.md §3b): no Node condition.
+	b.add(ipvssysctl.NewChecker(ipvssysctl.Config{Root: cfg.Root, Timeouts: ipvs.New(cfg.Root), IPVSUse: s.use.Use}), nil)
+	b.add(ipvssysctl.NewConntrackChecker(cfg.Root), nil)
+	b.add(nftready.NewLeftoversChecker(nftready.LeftoversConfig{Root: cfg.Root, IPVSUse: s.use.Use, ReadLink: kubeproxy.ReadLink,
+		IPVS: table, IPSets: nftready.HostIPSets, RemoveOwn: cfg.RemoveOwnLeftovers}), nil)
+	if cfg.TargetMode == TargetModeNFTables || cfg.ReadinessInterval > 0 {
+		// The probe proves the running kernel: a captured tree (--root)
+		// is judged from its files alone.
+		var prober nftready.Prober
+		if cfg.Root.IsHost() {
+			prober = nftready.NetNSProber{}
+		}
+		var c check.Checker = nftready.NewReadinessChecker(nftready.ReadinessConfig{
+			Host:            nftready.HostSources(cfg.Root),
+			Prober:          prober,
+			MayLoadModules:  cfg.Remediate,
+			KubeProxy:       s.kubeProxy,
+			FallbackVersion: s.kubeProxyVersion,
+			IPVS:            table,
+			Cluster:         s.services,
+			NodeName:        cfg.NodeName,
+			Distro:          s.distro,
+		})
+		if cfg.ReadinessInterval > 0 {
+			c = check.NewEvery(c, cfg.ReadinessInterval, nil)
+		}
+		b.add(c, nil)
+	}
 	return b.checkers, b.err
 }
 
@@ -218,4 +280,30 @@ func listOnce(ctx context.Context, node string, c *Cluster) (*clusterview.View, 
 		return nil, err
 	}
 	return view, nil
+}
+
+// onePass shares the first successful read of the IPVS table among the
+// checks of a one-shot run (diagnose --target-mode): they judge the same
+// table, and a node of 10,000 virtual servers is dumped once, not twice. A
+// failed read is not kept: the next check reads again.
+type onePass struct {
+	ipvs.Interface
+	mu    sync.Mutex
+	table ipvs.Table
+	ok    bool
+}
+
+// Table implements ipvs.Interface.
+func (p *onePass) Table(ctx context.Context) (ipvs.Table, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ok {
+		return p.table, nil
+	}
+	t, err := p.Interface.Table(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.table, p.ok = t, true
+	return t, nil
 }

@@ -22,6 +22,8 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/clusterview"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
+
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube/kubetest"
 )
 
@@ -176,4 +178,95 @@ func uniqueSorted(in []string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestBuildMigrationChecks: ipvs-leftovers is always built; the
+// nftables-readiness report only for --target-mode nftables (run every
+// time) or with a readiness interval (the agent: run at most that often).
+func TestBuildMigrationChecks(t *testing.T) {
+	tests := []struct {
+		name          string
+		targetMode    string
+		interval      time.Duration
+		wantReadiness bool
+		wantEvery     bool
+	}{
+		{name: "plain diagnose"},
+		{name: "diagnose --target-mode nftables", targetMode: TargetModeNFTables, wantReadiness: true},
+		{name: "agent", interval: time.Hour, wantReadiness: true, wantEvery: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkers, err := Build(context.Background(), Config{Root: hostfs.New(t.TempDir()), NodeName: "n1",
+				KubeProxyMetricsAddress: "127.0.0.1:1", TargetMode: tt.targetMode, ReadinessInterval: tt.interval})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			var readiness check.Checker
+			for _, c := range checkers {
+				names = append(names, c.Name())
+				if c.Name() == check.NameNFTablesReadiness {
+					readiness = c
+				}
+			}
+			if !slices.Contains(names, check.NameIPVSLeftovers) {
+				t.Errorf("no %s check in %q", check.NameIPVSLeftovers, names)
+			}
+			if (readiness != nil) != tt.wantReadiness {
+				t.Fatalf("readiness built = %v, want %v (%q)", readiness != nil, tt.wantReadiness, names)
+			}
+			if _, every := readiness.(*check.Every); readiness != nil && every != tt.wantEvery {
+				t.Errorf("readiness throttled = %v, want %v", every, tt.wantEvery)
+			}
+		})
+	}
+	if err := ValidateTargetMode("iptables"); err == nil {
+		t.Error("--target-mode iptables accepted")
+	}
+	if err := ValidateTargetMode(""); err != nil {
+		t.Error(err)
+	}
+}
+
+// countingTable counts reads and fails the first fail of them.
+type countingTable struct {
+	reads, fail int
+}
+
+func (c *countingTable) Table(context.Context) (ipvs.Table, error) {
+	c.reads++
+	if c.reads <= c.fail {
+		return nil, ipvs.ErrModuleNotLoaded
+	}
+	return ipvs.Table{{Virtual: ipvs.VirtualServer{Port: uint16(c.reads)}}}, nil
+}
+
+// TestOnePass: the checks of one diagnose run share the first successful
+// read of the IPVS table; a failed read is read again.
+func TestOnePass(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		fail      int
+		wantReads int
+		wantPort  uint16
+	}{
+		{name: "one dump for every check", wantReads: 1, wantPort: 1},
+		{name: "a failed read is not kept", fail: 1, wantReads: 2, wantPort: 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &countingTable{fail: tt.fail}
+			p := &onePass{Interface: c}
+			var last ipvs.Table
+			for range 3 {
+				tab, err := p.Table(context.Background())
+				if err == nil {
+					last = tab
+				}
+			}
+			if c.reads != tt.wantReads || len(last) != 1 || last[0].Virtual.Port != tt.wantPort {
+				t.Errorf("reads %d, table %v", c.reads, last)
+			}
+		})
+	}
 }

@@ -158,15 +158,52 @@ func (h *Handle) Table(ctx context.Context) (Table, error) {
 	return t, err
 }
 
-func (h *Handle) readLocked(ctx context.Context) (Table, error) {
+// Timeouts implements TimeoutReader: IPVS's TCP, TCP-FIN and UDP
+// connection timeouts (`ipvsadm -L --timeout`), read through netlink.
+func (h *Handle) Timeouts(ctx context.Context) (Timeouts, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	loaded, err := ModuleLoaded(h.root)
+	if err != nil {
+		return Timeouts{}, err
+	}
+	if !loaded {
+		h.closeLocked()
+		return Timeouts{}, ErrModuleNotLoaded
+	}
+	t, err := h.timeoutsLocked(ctx)
+	if errors.Is(err, syscall.ENOENT) {
+		h.closeLocked()
+		t, err = h.timeoutsLocked(ctx)
+	}
+	return t, err
+}
+
+func (h *Handle) timeoutsLocked(ctx context.Context) (Timeouts, error) {
+	if err := h.openLocked(ctx); err != nil {
+		return Timeouts{}, err
+	}
+	mobyMu.Lock()
+	defer mobyMu.Unlock()
+	mobyFamily = h.family
+	c, err := h.h.GetConfig()
+	if err != nil {
+		return Timeouts{}, fmt.Errorf("reading IPVS timeouts: %w", err)
+	}
+	return Timeouts{TCP: c.TimeoutTCP, TCPFin: c.TimeoutTCPFin, UDP: c.TimeoutUDP}, nil
+}
+
+// openLocked resolves the IPVS family id and (re)opens the moby handle
+// when it changed.
+func (h *Handle) openLocked(ctx context.Context) error {
 	fams, err := h.families(h.nsPath)
 	if err != nil {
-		return nil, fmt.Errorf("listing generic netlink families: %w", err)
+		return fmt.Errorf("listing generic netlink families: %w", err)
 	}
 	id, ok := fams["IPVS"]
 	if !ok {
 		// Listed in /proc/modules but not registered (yet, or any more).
-		return nil, fmt.Errorf("%w: the IPVS netlink family is not registered", ErrModuleNotLoaded)
+		return fmt.Errorf("%w: the IPVS netlink family is not registered", ErrModuleNotLoaded)
 	}
 	if id != h.family || h.h == nil {
 		if h.h != nil {
@@ -177,18 +214,25 @@ func (h *Handle) readLocked(ctx context.Context) (Table, error) {
 		disarmMobySetup()
 		mh, err := mobyipvs.New(h.nsPath)
 		if err != nil {
-			return nil, fmt.Errorf("opening IPVS netlink socket: %w", err)
+			return fmt.Errorf("opening IPVS netlink socket: %w", err)
 		}
 		h.h, h.family = mh, id
 		h.dests.close()
 		h.dests = nil
 		if h.nsPath == "" {
 			if h.dests, err = newDestReader(); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
 
+	return nil
+}
+
+func (h *Handle) readLocked(ctx context.Context) (Table, error) {
+	if err := h.openLocked(ctx); err != nil {
+		return nil, err
+	}
 	mobyMu.Lock()
 	defer mobyMu.Unlock()
 	mobyFamily = h.family

@@ -32,3 +32,6 @@ func (*Handle) Table(context.Context) (Table, error) { return nil, ErrNotSupport
 
 // withoutProcFS is accepted for portability and ignored.
 func withoutProcFS() Option { return func(*Handle) {} }
+
+// Timeouts returns ErrNotSupported.
+func (*Handle) Timeouts(context.Context) (Timeouts, error) { return Timeouts{}, ErrNotSupported }

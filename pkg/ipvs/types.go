@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ErrModuleNotLoaded is returned by [Interface.Table] when the ip_vs kernel
@@ -25,6 +26,23 @@ type Interface interface {
 	// kernel's order (the order `ipvsadm -Ln` prints). It returns an error
 	// wrapping ErrModuleNotLoaded when ip_vs is not loaded.
 	Table(ctx context.Context) (Table, error)
+}
+
+// Timeouts are IPVS's connection timeouts (`ipvsadm -L --timeout`).
+type Timeouts struct {
+	// TCP is the idle timeout of an established TCP connection entry.
+	TCP time.Duration
+	// TCPFin is the timeout of a TCP entry after a FIN.
+	TCPFin time.Duration
+	// UDP is the timeout of a UDP entry.
+	UDP time.Duration
+}
+
+// TimeoutReader reads IPVS's connection timeouts. It returns an error
+// wrapping ErrModuleNotLoaded when ip_vs is not loaded.
+type TimeoutReader interface {
+	// Timeouts returns the current timeouts.
+	Timeouts(ctx context.Context) (Timeouts, error)
 }
 
 // Protocol is an IP protocol number of a virtual server.

@@ -34,6 +34,7 @@ const (
 	maxProxyModeBody = 1 << 10
 	maxConfigzBody   = 1 << 20
 	maxMetricsBody   = 16 << 20
+	maxHealthBody    = 64 << 10
 )
 
 // ErrRedirect: kube-proxy's metrics port redirected to another address,
@@ -112,35 +113,45 @@ func NewClient(address string, timeout time.Duration) *Client {
 func (c *Client) Address() string { return c.address }
 
 func (c *Client) get(ctx context.Context, path string, maxBody int64) ([]byte, error) {
+	body, code, err := c.do(ctx, path, maxBody)
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("GET http://%s%s: HTTP %d: %s", c.address, path, code, strings.TrimSpace(string(firstLine(body))))
+	}
+	return body, nil
+}
+
+// do sends GET path and returns the body (at most maxBody bytes) and the
+// HTTP status, whatever it is.
+func (c *Client) do(ctx context.Context, path string, maxBody int64) ([]byte, int, error) {
 	url := "http://" + c.address + path
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil, fmt.Errorf("building request for %s: %w", url, err)
+		return nil, 0, fmt.Errorf("building request for %s: %w", url, err)
 	}
 	if err := c.quiet(); err != nil {
-		return nil, fmt.Errorf("GET %s: %w", url, err)
+		return nil, 0, fmt.Errorf("GET %s: %w", url, err)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, fmt.Errorf("GET %s: %w: %w", url, ErrUnreachable, err)
+			return nil, 0, fmt.Errorf("GET %s: %w: %w", url, ErrUnreachable, err)
 		}
 		c.noteTimeout(ctx, err)
-		return nil, fmt.Errorf("GET %s: %w", url, err)
+		return nil, 0, fmt.Errorf("GET %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
 		c.noteTimeout(ctx, err)
-		return nil, fmt.Errorf("GET %s: reading body: %w", url, err)
+		return nil, 0, fmt.Errorf("GET %s: reading body: %w", url, err)
 	}
 	if int64(len(body)) > maxBody {
-		return nil, fmt.Errorf("GET %s: %w: more than %d bytes", url, ErrTooLarge, maxBody)
+		return nil, 0, fmt.Errorf("GET %s: %w: more than %d bytes", url, ErrTooLarge, maxBody)
 	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: HTTP %d: %s", url, resp.StatusCode, strings.TrimSpace(string(firstLine(body))))
-	}
-	return body, nil
+	return body, resp.StatusCode, nil
 }
 
 // quiet returns the error to fail with while the port is not asked (a
@@ -205,4 +216,23 @@ func (c *Client) Version(ctx context.Context) (Version, error) {
 		return Version{}, err
 	}
 	return ParseBuildInfo(bytes.NewReader(b))
+}
+
+// Metrics returns the body of kube-proxy's /metrics (at most 16 MiB).
+func (c *Client) Metrics(ctx context.Context) ([]byte, error) {
+	return c.get(ctx, "/metrics", maxMetricsBody)
+}
+
+// Health returns kube-proxy's answer on path (/healthz or /livez) of its
+// healthz address: 200 and 503 both carry its verdict.
+func (c *Client) Health(ctx context.Context, path string) (ProxyHealth, error) {
+	b, code, err := c.do(ctx, path, maxHealthBody)
+	if err != nil {
+		return ProxyHealth{}, err
+	}
+	h, err := ParseProxyHealth(code, b)
+	if err != nil {
+		return ProxyHealth{}, fmt.Errorf("GET http://%s%s: %w", c.address, path, err)
+	}
+	return h, nil
 }

@@ -42,6 +42,12 @@ type Config struct {
 	ClusterCIDR string `json:"clusterCIDR"`
 	// MetricsBindAddress is where kube-proxy serves /metrics, /proxyMode and /configz.
 	MetricsBindAddress string `json:"metricsBindAddress"`
+	// HealthzBindAddress is where kube-proxy serves /healthz and /livez
+	// (empty: its default 0.0.0.0:10256).
+	HealthzBindAddress string `json:"healthzBindAddress"`
+	// SyncPeriod is the internal struct's sync period (up to Kubernetes
+	// 1.35's /configz); from 1.36 it is IPVS.SyncPeriod in IPVS mode.
+	SyncPeriod Duration `json:"syncPeriod"`
 }
 
 // IPVSConfig is kube-proxy's IPVS configuration.
@@ -53,6 +59,16 @@ type IPVSConfig struct {
 	StrictARP bool `json:"strictARP"`
 	// ExcludeCIDRs are CIDRs kube-proxy leaves alone when cleaning IPVS rules.
 	ExcludeCIDRs []string `json:"excludeCIDRs"`
+	// SyncPeriod is the IPVS proxier's --ipvs-sync-period (0: unknown).
+	SyncPeriod Duration `json:"syncPeriod"`
+	// TCPTimeout is the IPVS TCP session timeout kube-proxy sets (0
+	// leaves the kernel's).
+	TCPTimeout Duration `json:"tcpTimeout"`
+	// TCPFinTimeout is the IPVS timeout of TCP sessions after FIN (0
+	// leaves the kernel's).
+	TCPFinTimeout Duration `json:"tcpFinTimeout"`
+	// UDPTimeout is the IPVS UDP timeout (0 leaves the kernel's).
+	UDPTimeout Duration `json:"udpTimeout"`
 }
 
 // EffectiveMode returns the mode kube-proxy runs in when configured with

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -22,22 +23,22 @@ func TestParseConfigz(t *testing.T) {
 		{
 			name: "1.37.1 v1alpha1 lc (real capture)",
 			file: "testdata/configz-ipvs-lc.json",
-			want: Config{Mode: "ipvs", IPVS: IPVSConfig{Scheduler: "lc", StrictARP: true}, HostnameOverride: "vm-node-1", MetricsBindAddress: "127.0.0.1:10249"},
+			want: Config{Mode: "ipvs", IPVS: IPVSConfig{Scheduler: "lc", StrictARP: true, SyncPeriod: Duration(30 * time.Second)}, HostnameOverride: "vm-node-1", MetricsBindAddress: "127.0.0.1:10249", HealthzBindAddress: "0.0.0.0:10256"},
 		},
 		{
 			name: "1.37.1 v1alpha1 rr (real capture)",
 			file: "testdata/configz-ipvs-rr.json",
-			want: Config{Mode: "ipvs", IPVS: IPVSConfig{Scheduler: "rr", StrictARP: true}, HostnameOverride: "vm-node-1", MetricsBindAddress: "127.0.0.1:10249"},
+			want: Config{Mode: "ipvs", IPVS: IPVSConfig{Scheduler: "rr", StrictARP: true, SyncPeriod: Duration(30 * time.Second)}, HostnameOverride: "vm-node-1", MetricsBindAddress: "127.0.0.1:10249", HealthzBindAddress: "0.0.0.0:10256"},
 		},
 		{
 			name: "1.30 internal struct with Go field names",
 			file: "testdata/configz-1.30-internal.json",
-			want: Config{Mode: "ipvs", IPVS: IPVSConfig{Scheduler: "wrr", StrictARP: false}, HostnameOverride: "rke2-node-1", ClusterCIDR: "10.42.0.0/16", MetricsBindAddress: "127.0.0.1:10249"},
+			want: Config{Mode: "ipvs", IPVS: IPVSConfig{Scheduler: "wrr", StrictARP: false, SyncPeriod: Duration(30 * time.Second)}, HostnameOverride: "rke2-node-1", ClusterCIDR: "10.42.0.0/16", MetricsBindAddress: "127.0.0.1:10249", HealthzBindAddress: "0.0.0.0:10256"},
 		},
 		{
 			name: "iptables mode",
 			file: "testdata/configz-iptables.json",
-			want: Config{Mode: "iptables", IPVS: IPVSConfig{Scheduler: "rr", StrictARP: true}, HostnameOverride: "vm-node-1", MetricsBindAddress: "127.0.0.1:10249"},
+			want: Config{Mode: "iptables", IPVS: IPVSConfig{Scheduler: "rr", StrictARP: true, SyncPeriod: Duration(30 * time.Second)}, HostnameOverride: "vm-node-1", MetricsBindAddress: "127.0.0.1:10249", HealthzBindAddress: "0.0.0.0:10256"},
 		},
 		{name: "other component's configz", body: `{"kubeletconfig":{}}`, wantErr: ErrNoConfig},
 		{name: "null config", body: `{"kubeproxy.config.k8s.io":null}`, wantErr: ErrNoConfig},
@@ -109,6 +110,7 @@ func FuzzParseConfigz(f *testing.F) {
 	}
 	f.Add([]byte(`{"kubeproxy.config.k8s.io":{"Mode":"ipvs","mode":"iptables"}}`))
 	f.Add([]byte(`{"kubeproxy.config.k8s.io":null}`))
+	f.Add([]byte(`{"kubeproxy.config.k8s.io":{"mode":"ipvs","ipvs":{"tcpTimeout":"15m","udpTimeout":30000000000,"tcpFinTimeout":{}}}}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := ParseConfigz(b)
@@ -125,4 +127,35 @@ func FuzzParseConfigz(f *testing.F) {
 		_ = c.EffectiveMode()
 		_ = c.EffectiveScheduler()
 	})
+}
+
+// TestIPVSTimeouts: the IPVS timeouts decode from the v1alpha1 strings and
+// from the internal struct's nanoseconds; anything else is zero, never an
+// error that would lose the mode and scheduler.
+func TestIPVSTimeouts(t *testing.T) {
+	tests := []struct {
+		name string
+		body string
+		want [3]time.Duration // tcp, tcpFin, udp
+	}{
+		{name: "v1alpha1 strings", body: `{"kubeproxy.config.k8s.io":{"mode":"ipvs","ipvs":{"tcpTimeout":"900s","tcpFinTimeout":"2m","udpTimeout":"0s"}}}`, want: [3]time.Duration{900 * time.Second, 2 * time.Minute, 0}},
+		{name: "internal nanoseconds", body: `{"kubeproxy.config.k8s.io":{"Mode":"ipvs","IPVS":{"TCPTimeout":30000000000,"UDPTimeout":5000000000}}}`, want: [3]time.Duration{30 * time.Second, 0, 5 * time.Second}},
+		{name: "garbage is zero", body: `{"kubeproxy.config.k8s.io":{"mode":"ipvs","ipvs":{"scheduler":"lc","tcpTimeout":"soon","udpTimeout":{"a":1},"tcpFinTimeout":true}}}`},
+		{name: "absent", body: `{"kubeproxy.config.k8s.io":{"mode":"ipvs"}}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := ParseConfigz([]byte(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := [3]time.Duration{time.Duration(c.IPVS.TCPTimeout), time.Duration(c.IPVS.TCPFinTimeout), time.Duration(c.IPVS.UDPTimeout)}
+			if got != tt.want {
+				t.Errorf("timeouts %v, want %v", got, tt.want)
+			}
+			if c.EffectiveMode() != ModeIPVS {
+				t.Errorf("mode %q", c.EffectiveMode())
+			}
+		})
+	}
 }

@@ -28,11 +28,11 @@ import (
 func DecideIPVSUse(addr, running string, runErr error, configured string, cfgErr error) check.IPVSUse {
 	switch {
 	case runErr != nil:
-		return check.IPVSUse{Applies: true, Message: fmt.Sprintf("kube-proxy not reachable at %s: assuming IPVS mode", addr)}
+		return check.IPVSUse{Applies: true, Assumed: true, Message: fmt.Sprintf("kube-proxy not reachable at %s: assuming IPVS mode", addr)}
 	case running == ModeIPVS:
 		return check.IPVSUse{Applies: true, Mode: running}
 	case cfgErr != nil:
-		return check.IPVSUse{Applies: true, Mode: running, Message: fmt.Sprintf(
+		return check.IPVSUse{Applies: true, Assumed: true, Mode: running, Message: fmt.Sprintf(
 			"kube-proxy at %s runs in %s mode but its /configz is not readable: assuming it is configured for IPVS mode", addr, running)}
 	case configured == ModeIPVS:
 		return check.IPVSUse{Applies: true, Mode: running}
@@ -101,7 +101,7 @@ func (r *UseResolver) Use(ctx context.Context) check.IPVSUse {
 	case runErr == nil && cfgErr == nil || runErr == nil && running == ModeIPVS:
 		r.known, r.knownOK = u, true
 	case runErr != nil && r.knownOK && !r.known.Applies:
-		u = check.IPVSUse{Mode: r.known.Mode, Message: fmt.Sprintf(
+		u = check.IPVSUse{Mode: r.known.Mode, Assumed: true, Message: fmt.Sprintf(
 			"kube-proxy not reachable at %s: assuming %s mode, as it last reported: the IPVS prerequisites do not apply", r.client.Address(), r.known.Mode)}
 	}
 	if runErr != nil || cfgErr != nil {

@@ -107,12 +107,12 @@ func TestUseResolver(t *testing.T) {
 	// mode it reported holds, and the message says so.
 	mode.Store(ModeNFTables)
 	now = now.Add(time.Minute)
-	if u := r.Use(ctx); u.Applies {
+	if u := r.Use(ctx); u.Applies || u.Assumed {
 		t.Fatalf("nftables again: %+v", u)
 	}
 	srv.Close()
 	now = now.Add(time.Minute)
-	if u := r.Use(ctx); u.Applies || u.Mode != ModeNFTables || !strings.Contains(u.Message, "assuming nftables mode, as it last reported") {
+	if u := r.Use(ctx); u.Applies || !u.Assumed || u.Mode != ModeNFTables || !strings.Contains(u.Message, "assuming nftables mode, as it last reported") {
 		t.Errorf("gone after nftables: %+v", u)
 	}
 
@@ -123,7 +123,7 @@ func TestUseResolver(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	u := NewUseResolver(NewClient(addr, time.Second), 0).Use(ctx)
-	if !u.Applies || u.Message != "kube-proxy not reachable at "+addr+": assuming IPVS mode" {
+	if !u.Applies || !u.Assumed || u.Message != "kube-proxy not reachable at "+addr+": assuming IPVS mode" {
 		t.Errorf("never reached: %+v", u)
 	}
 }

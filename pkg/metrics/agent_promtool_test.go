@@ -127,6 +127,12 @@ func TestRunningAgentScrape(t *testing.T) {
 		`ipvs_guard_node_condition_status{condition="IPVSModulesMissing",status=`,
 		`ipvs_guard_node_condition_status{condition="LoadBalancerARPFailing",status=`,
 		`ipvs_guard_reconcile_total{check="modules"}`,
+		// The migration advisories: the readiness report ran at start (it
+		// runs hourly), the leftovers check is skipped while IPVS is
+		// assumed (no kube-proxy here), and neither has a condition.
+		`ipvs_guard_check_status{check="nftables-readiness",status=`,
+		"ipvs_guard_nftables_ready ",
+		`ipvs_guard_check_status{check="ipvs-leftovers",status="skipped"} 1`,
 		`ipvs_guard_reconcile_duration_seconds_bucket{check="modules",le=`,
 		"process_resident_memory_bytes",
 	} {

@@ -85,10 +85,99 @@ type Collector struct {
 	arpProbeRTT           *prometheus.Desc
 	arpNoReplyCause       *prometheus.Desc
 	lbIPConflict          *prometheus.Desc
+	nftablesReady         *prometheus.Desc
+	nftablesFindings      *prometheus.Desc
+	ipvsLeftovers         *prometheus.Desc
 	reconcileTotal        *prometheus.Desc
 	reconcileErrors       *prometheus.Desc
 	reconcileLastSuccess  *prometheus.Desc
 	reconcileLastDuration *prometheus.Desc
+
+	dataPlane dataPlaneDescs
+}
+
+// dataPlaneDescs are the families of kube-proxy's sync freshness and of the
+// advisory checks (docs/design.md §3b).
+type dataPlaneDescs struct {
+	kpLastSync       *prometheus.Desc
+	kpLastQueued     *prometheus.Desc
+	kpSyncStale      *prometheus.Desc
+	kpHealthTimeout  *prometheus.Desc
+	advisory         *prometheus.Desc
+	sysctlValue      *prometheus.Desc
+	conntrackEntries *prometheus.Desc
+	conntrackMax     *prometheus.Desc
+}
+
+func newDataPlaneDescs(d func(sub, name, help string, labels ...string) *prometheus.Desc) dataPlaneDescs {
+	return dataPlaneDescs{
+		kpLastSync: d("kube_proxy", "sync_last_timestamp_seconds",
+			"Unix time kube-proxy last synced its rules, by IP family, as its /metrics reports (kubeproxy_sync_proxy_rules_last_timestamp_seconds).",
+			"ip_family"),
+		kpLastQueued: d("kube_proxy", "sync_last_queued_timestamp_seconds",
+			"Unix time kube-proxy last queued a sync of its rules (a Service or endpoint change), by IP family; later than the last sync means an update waits.",
+			"ip_family"),
+		kpSyncStale: d("kube_proxy", "sync_stale",
+			"Whether an update has waited longer than kube-proxy's health timeout with no sync since (1) or not (0), by IP family (kube-proxy in IPVS mode only).",
+			"ip_family"),
+		kpHealthTimeout: d("kube_proxy", "health_timeout_seconds",
+			"kube-proxy's health timeout: twice its sync period, from /configz."),
+		advisory: d("", "advisory",
+			"An advisory finding is present (always 1; absent when not): a setting that risks traffic without breaking it now. severity is info or warning.",
+			"check", "advisory", "severity"),
+		sysctlValue: d("", "sysctl_value",
+			"Value of a sysctl an advisory check judges (net.ipv4.vs.*, net.ipv4.tcp_keepalive_time), or of an IPVS timeout in seconds (ipvs.timeout.tcp, ipvs.timeout.tcpfin, ipvs.timeout.udp).",
+			"sysctl"),
+		conntrackEntries: d("conntrack", "entries",
+			"Number of entries in the netfilter connection tracking table (net.netfilter.nf_conntrack_count)."),
+		conntrackMax: d("conntrack", "max",
+			"Size limit of the netfilter connection tracking table (net.netfilter.nf_conntrack_max); at the limit, packets of new connections are dropped."),
+	}
+}
+
+func (d dataPlaneDescs) all() []*prometheus.Desc {
+	return []*prometheus.Desc{d.kpLastSync, d.kpLastQueued, d.kpSyncStale, d.kpHealthTimeout, d.advisory, d.sysctlValue, d.conntrackEntries, d.conntrackMax}
+}
+
+// collectDataPlane exposes kube-proxy's sync freshness and the advisory checks' state.
+func (c *Collector) collectDataPlane(st nodeState, gauge func(d *prometheus.Desc, v float64, labels ...string)) {
+	d := c.dataPlane
+	var timeout float64
+	for _, fam := range sortedKeys(st.kpSync) {
+		k := st.kpSync[fam]
+		if k.LastSyncSeconds > 0 {
+			gauge(d.kpLastSync, k.LastSyncSeconds, fam)
+		}
+		if k.LastQueuedSeconds > 0 {
+			gauge(d.kpLastQueued, k.LastQueuedSeconds, fam)
+		}
+		gauge(d.kpSyncStale, boolValue(k.Stale), fam)
+		timeout = max(timeout, k.HealthTimeoutSeconds)
+	}
+	if timeout > 0 {
+		gauge(d.kpHealthTimeout, timeout)
+	}
+	keys := make([][2]string, 0, len(st.advisories))
+	for k := range st.advisories {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i][0] != keys[j][0] {
+			return keys[i][0] < keys[j][0]
+		}
+		return keys[i][1] < keys[j][1]
+	})
+	for _, k := range keys {
+		a := st.advisories[k]
+		gauge(d.advisory, 1, a.Check, a.Advisory, a.Severity)
+	}
+	for _, name := range sortedKeys(st.sysctls) {
+		gauge(d.sysctlValue, st.sysctls[name], name)
+	}
+	if ct := st.conntrack; ct != nil {
+		gauge(d.conntrackEntries, ct.Entries)
+		gauge(d.conntrackMax, ct.Max)
+	}
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -104,8 +193,9 @@ func newCollector(snapshot func() Snapshot, info version.Info) *Collector {
 		return prometheus.NewDesc(prometheus.BuildFQName(namespace, sub, name), help, labels, nil)
 	}
 	return &Collector{
-		snapshot: snapshot,
-		info:     info,
+		snapshot:  snapshot,
+		info:      info,
+		dataPlane: newDataPlaneDescs(d),
 		buildInfo: d("", "build_info",
 			"Build information of the running ipvs-guard binary; the value is always 1.",
 			"version", "commit", "build_date", "go_version", "platform"),
@@ -154,6 +244,14 @@ func newCollector(snapshot func() Snapshot, info version.Info) *Collector {
 		lbIPConflict: d("lb_ip", "conflict",
 			"A LoadBalancer IP something else claims too: kind node-address (a Node's InternalIP/ExternalIP), interface (an interface of this node other than kube-ipvs0) or service (another Service not sharing it by MetalLB's allow-shared-ip rules); owner is its Service, other the other claimant. The value is always 1.",
 			"ip", "kind", "owner", "other"),
+		nftablesReady: d("nftables", "ready",
+			"Whether this node is ready for kube-proxy's nftables mode: 1 when the nftables-readiness report found no blocker, 0 when it found one; absent when the report has not run (an advisory: it feeds no Node condition)."),
+		nftablesFindings: d("nftables", "readiness_findings",
+			"Number of findings of the latest nftables-readiness report, by kind (kernel-version, nft-expression, foreign-virtual-server, …) and severity (blocker, change, info).",
+			"kind", "severity"),
+		ipvsLeftovers: d("ipvs", "leftovers",
+			"Number of things IPVS mode left behind once kube-proxy runs another mode, by kind (kube-ipvs0, virtual-server, ipset, sysctl, modules-load-file).",
+			"kind"),
 		reconcileTotal: d("reconcile", "total",
 			"Number of finished check runs by the reconcile loop, by check.",
 			"check"),
@@ -176,8 +274,12 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.moduleLoaded, c.moduleDeclared, c.moduleAvailable, c.moduleStale,
 		c.kubeProxyMode, c.kubeProxyStrictARP, c.virtualServers, c.virtualServersNoReal,
 		c.arpProbeResult, c.arpResponders, c.arpProbeRTT, c.arpNoReplyCause, c.lbIPConflict,
+		c.nftablesReady, c.nftablesFindings, c.ipvsLeftovers,
 		c.reconcileTotal, c.reconcileErrors, c.reconcileLastSuccess, c.reconcileLastDuration,
 	} {
+		ch <- d
+	}
+	for _, d := range c.dataPlane.all() {
 		ch <- d
 	}
 }
@@ -213,6 +315,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for _, s := range checkStatuses {
 			gauge(c.checkStatus, boolValue(r.Status == s), r.Name, string(s))
 		}
+		if r.Name == check.NameNFTablesReadiness && (r.Status == check.StatusOK || r.Status == check.StatusProblem) {
+			gauge(c.nftablesReady, boolValue(r.Status == check.StatusOK))
+		}
 	}
 
 	st := stateOf(snap.Results...)
@@ -234,6 +339,23 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.moduleDeclared, boolValue(m.Declared), name)
 		gauge(c.moduleAvailable, boolValue(m.Available), name)
 		gauge(c.moduleStale, boolValue(m.Stale), name)
+	}
+	c.collectDataPlane(st, gauge)
+	rkeys := make([][2]string, 0, len(st.readiness))
+	for k := range st.readiness {
+		rkeys = append(rkeys, k)
+	}
+	sort.Slice(rkeys, func(i, j int) bool {
+		if rkeys[i][0] != rkeys[j][0] {
+			return rkeys[i][0] < rkeys[j][0]
+		}
+		return rkeys[i][1] < rkeys[j][1]
+	})
+	for _, k := range rkeys {
+		gauge(c.nftablesFindings, float64(st.readiness[k]), k[0], k[1])
+	}
+	for _, k := range sortedKeys(st.leftovers) {
+		gauge(c.ipvsLeftovers, float64(st.leftovers[k]), k)
 	}
 	keys := make([][2]string, 0, len(st.arp))
 	for k := range st.arp {

@@ -55,6 +55,35 @@ func TestCollector(t *testing.T) {
 			want: buildInfoText,
 		},
 		{
+			name: "nftables readiness and IPVS leftovers",
+			snap: Snapshot{Results: []check.Result{
+				{Name: check.NameNFTablesReadiness, Status: check.StatusProblem, Findings: []check.Finding{
+					stateFinding(check.State{Readiness: &check.ReadinessState{Kind: "nft-expression", Severity: "blocker"}}),
+					stateFinding(check.State{Readiness: &check.ReadinessState{Kind: "foreign-virtual-server", Severity: "change"}}),
+					stateFinding(check.State{Readiness: &check.ReadinessState{Kind: "foreign-virtual-server", Severity: "change"}}),
+				}},
+				{Name: check.NameIPVSLeftovers, Status: check.StatusOK, Findings: []check.Finding{
+					stateFinding(check.State{Leftover: &check.LeftoverState{Kind: "virtual-server"}}),
+					stateFinding(check.State{Leftover: &check.LeftoverState{Kind: "virtual-server"}}),
+					stateFinding(check.State{Leftover: &check.LeftoverState{Kind: "kube-ipvs0"}}),
+				}},
+			}},
+			metrics: []string{"ipvs_guard_nftables_ready", "ipvs_guard_nftables_readiness_findings", "ipvs_guard_ipvs_leftovers"},
+			want: `
+# HELP ipvs_guard_ipvs_leftovers Number of things IPVS mode left behind once kube-proxy runs another mode, by kind (kube-ipvs0, virtual-server, ipset, sysctl, modules-load-file).
+# TYPE ipvs_guard_ipvs_leftovers gauge
+ipvs_guard_ipvs_leftovers{kind="kube-ipvs0"} 1
+ipvs_guard_ipvs_leftovers{kind="virtual-server"} 2
+# HELP ipvs_guard_nftables_ready Whether this node is ready for kube-proxy's nftables mode: 1 when the nftables-readiness report found no blocker, 0 when it found one; absent when the report has not run (an advisory: it feeds no Node condition).
+# TYPE ipvs_guard_nftables_ready gauge
+ipvs_guard_nftables_ready 0
+# HELP ipvs_guard_nftables_readiness_findings Number of findings of the latest nftables-readiness report, by kind (kernel-version, nft-expression, foreign-virtual-server, …) and severity (blocker, change, info).
+# TYPE ipvs_guard_nftables_readiness_findings gauge
+ipvs_guard_nftables_readiness_findings{kind="foreign-virtual-server",severity="change"} 2
+ipvs_guard_nftables_readiness_findings{kind="nft-expression",severity="blocker"} 1
+`,
+		},
+		{
 			name: "modules",
 			snap: Snapshot{Results: []check.Result{{
 				Name: check.NameModules, Status: check.StatusProblem,
@@ -287,11 +316,17 @@ ipvs_guard_reconcile_total{check="modules"} 3
 // TestEveryStateKindIsExposed fails when a kind is added to check.State
 // without a sample here and metrics in the collector.
 var stateSamples = map[string]check.State{
-	"Module":       {Module: &check.ModuleState{Module: "ip_vs", Loaded: true}},
-	"KubeProxy":    {KubeProxy: &check.KubeProxyState{Mode: "ipvs"}},
-	"IPVSTable":    {IPVSTable: &check.IPVSTableState{VirtualServers: 1}},
-	"ARP":          {ARP: &check.ARPState{IP: "192.0.2.1", Family: "ipv4", Interface: "eth0", Result: "answered", Responders: 1}},
-	"LBIPConflict": {LBIPConflict: &check.LBIPConflictState{IP: "192.0.2.1", Kind: "service", Owner: "default/a", Other: "default/b"}},
+	"Module":        {Module: &check.ModuleState{Module: "ip_vs", Loaded: true}},
+	"KubeProxy":     {KubeProxy: &check.KubeProxyState{Mode: "ipvs"}},
+	"IPVSTable":     {IPVSTable: &check.IPVSTableState{VirtualServers: 1}},
+	"ARP":           {ARP: &check.ARPState{IP: "192.0.2.1", Family: "ipv4", Interface: "eth0", Result: "answered", Responders: 1}},
+	"KubeProxySync": {KubeProxySync: &check.KubeProxySyncState{IPFamily: "IPv4", LastSyncSeconds: 1, HealthTimeoutSeconds: 60}},
+	"Advisory":      {Advisory: &check.AdvisoryState{Check: check.NameIPVSSysctls, Advisory: "IPVSTCPTimeoutBelowKeepalive", Severity: "warning"}},
+	"Sysctl":        {Sysctl: &check.SysctlState{Name: "net.ipv4.vs.conn_reuse_mode", Value: 1}},
+	"Conntrack":     {Conntrack: &check.ConntrackState{Entries: 10, Max: 100}},
+	"Readiness":     {Readiness: &check.ReadinessState{Kind: "scheduler", Severity: "change"}},
+	"Leftover":      {Leftover: &check.LeftoverState{Kind: "kube-ipvs0"}},
+	"LBIPConflict":  {LBIPConflict: &check.LBIPConflictState{IP: "192.0.2.1", Kind: "service", Owner: "default/a", Other: "default/b"}},
 }
 
 // TestEveryStateKindIsExposed checks that every kind of state a finding can
@@ -379,5 +414,59 @@ ipvs_guard_arp_responders{family="ipv4",interface="eth�0",ip="192.0.2.10"} 0
 	}
 	if got := testutil.CollectAndCount(c, "ipvs_guard_modules_loaded"); got != 1 {
 		t.Errorf("module loaded series: got %d, want 1", got)
+	}
+}
+
+// TestCollectorDataPlane: kube-proxy's sync freshness, the advisories, the
+// sysctl values and the conntrack table as the checks publish them.
+func TestCollectorDataPlane(t *testing.T) {
+	snap := Snapshot{Results: []check.Result{
+		{Name: check.NameKubeProxy, Status: check.StatusProblem, Findings: []check.Finding{
+			stateFinding{KubeProxySync: &check.KubeProxySyncState{IPFamily: "IPv4", LastSyncSeconds: 1780000000, LastQueuedSeconds: 1780000070, HealthTimeoutSeconds: 60, Stale: true}},
+			stateFinding{KubeProxySync: &check.KubeProxySyncState{IPFamily: "IPv6", LastSyncSeconds: 1780000075, HealthTimeoutSeconds: 60}},
+		}},
+		{Name: check.NameIPVSSysctls, Status: check.StatusOK, Findings: []check.Finding{
+			stateFinding{Sysctl: &check.SysctlState{Name: "ipvs.timeout.tcp", Value: 900}, Advisory: &check.AdvisoryState{Check: check.NameIPVSSysctls, Advisory: "IPVSTCPTimeoutBelowKeepalive", Severity: "warning"}},
+			stateFinding{Sysctl: &check.SysctlState{Name: "net.ipv4.tcp_keepalive_time", Value: 7200}},
+		}},
+		{Name: check.NameConntrack, Status: check.StatusOK, Findings: []check.Finding{stateFinding{Conntrack: &check.ConntrackState{Entries: 950, Max: 1000}}}},
+	}}
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(newCollector(func() Snapshot { return snap }, testInfo)); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP ipvs_guard_advisory An advisory finding is present (always 1; absent when not): a setting that risks traffic without breaking it now. severity is info or warning.
+# TYPE ipvs_guard_advisory gauge
+ipvs_guard_advisory{advisory="IPVSTCPTimeoutBelowKeepalive",check="ipvs-sysctls",severity="warning"} 1
+# HELP ipvs_guard_conntrack_entries Number of entries in the netfilter connection tracking table (net.netfilter.nf_conntrack_count).
+# TYPE ipvs_guard_conntrack_entries gauge
+ipvs_guard_conntrack_entries 950
+# HELP ipvs_guard_conntrack_max Size limit of the netfilter connection tracking table (net.netfilter.nf_conntrack_max); at the limit, packets of new connections are dropped.
+# TYPE ipvs_guard_conntrack_max gauge
+ipvs_guard_conntrack_max 1000
+# HELP ipvs_guard_kube_proxy_health_timeout_seconds kube-proxy's health timeout: twice its sync period, from /configz.
+# TYPE ipvs_guard_kube_proxy_health_timeout_seconds gauge
+ipvs_guard_kube_proxy_health_timeout_seconds 60
+# HELP ipvs_guard_kube_proxy_sync_last_queued_timestamp_seconds Unix time kube-proxy last queued a sync of its rules (a Service or endpoint change), by IP family; later than the last sync means an update waits.
+# TYPE ipvs_guard_kube_proxy_sync_last_queued_timestamp_seconds gauge
+ipvs_guard_kube_proxy_sync_last_queued_timestamp_seconds{ip_family="IPv4"} 1.78000007e+09
+# HELP ipvs_guard_kube_proxy_sync_last_timestamp_seconds Unix time kube-proxy last synced its rules, by IP family, as its /metrics reports (kubeproxy_sync_proxy_rules_last_timestamp_seconds).
+# TYPE ipvs_guard_kube_proxy_sync_last_timestamp_seconds gauge
+ipvs_guard_kube_proxy_sync_last_timestamp_seconds{ip_family="IPv4"} 1.78e+09
+ipvs_guard_kube_proxy_sync_last_timestamp_seconds{ip_family="IPv6"} 1.780000075e+09
+# HELP ipvs_guard_kube_proxy_sync_stale Whether an update has waited longer than kube-proxy's health timeout with no sync since (1) or not (0), by IP family (kube-proxy in IPVS mode only).
+# TYPE ipvs_guard_kube_proxy_sync_stale gauge
+ipvs_guard_kube_proxy_sync_stale{ip_family="IPv4"} 1
+ipvs_guard_kube_proxy_sync_stale{ip_family="IPv6"} 0
+# HELP ipvs_guard_sysctl_value Value of a sysctl an advisory check judges (net.ipv4.vs.*, net.ipv4.tcp_keepalive_time), or of an IPVS timeout in seconds (ipvs.timeout.tcp, ipvs.timeout.tcpfin, ipvs.timeout.udp).
+# TYPE ipvs_guard_sysctl_value gauge
+ipvs_guard_sysctl_value{sysctl="ipvs.timeout.tcp"} 900
+ipvs_guard_sysctl_value{sysctl="net.ipv4.tcp_keepalive_time"} 7200
+`
+	names := []string{"ipvs_guard_advisory", "ipvs_guard_conntrack_entries", "ipvs_guard_conntrack_max", "ipvs_guard_kube_proxy_health_timeout_seconds",
+		"ipvs_guard_kube_proxy_sync_last_queued_timestamp_seconds", "ipvs_guard_kube_proxy_sync_last_timestamp_seconds", "ipvs_guard_kube_proxy_sync_stale", "ipvs_guard_sysctl_value"}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Error(err)
 	}
 }

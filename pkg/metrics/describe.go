@@ -30,19 +30,29 @@ type Family struct {
 // is generated from it).
 func Describe() ([]Family, error) {
 	strict, noReal := true, 0
-	sample := func(name string, st check.State) check.Result {
-		return check.Result{Name: name, Status: check.StatusOK, Findings: []check.Finding{stateFinding(st)}}
+	sample := func(name string, sts ...check.State) check.Result {
+		r := check.Result{Name: name, Status: check.StatusOK}
+		for _, st := range sts {
+			r.Findings = append(r.Findings, stateFinding(st))
+		}
+		return r
 	}
 	snap := Snapshot{
 		Results: []check.Result{
 			sample(check.NameModules, check.State{Module: &check.ModuleState{Module: "ip_vs"}}),
-			sample(check.NameKubeProxy, check.State{KubeProxy: &check.KubeProxyState{Mode: "ipvs", StrictARP: &strict}}),
+			sample(check.NameKubeProxy, check.State{KubeProxy: &check.KubeProxyState{Mode: "ipvs", StrictARP: &strict}},
+				check.State{KubeProxySync: &check.KubeProxySyncState{IPFamily: "IPv4", LastSyncSeconds: 1, LastQueuedSeconds: 1, HealthTimeoutSeconds: 60}}),
 			sample(check.NameIPVS, check.State{IPVSTable: &check.IPVSTableState{VirtualServers: 1, WithoutRealServers: &noReal}}),
 			{Name: check.NameARP, Status: check.StatusOK, Findings: []check.Finding{
 				stateFinding(check.State{ARP: &check.ARPState{IP: "192.0.2.1", Interface: "eth0", Result: "answered", Responders: 1, RTTSeconds: 0.001}}),
 				stateFinding(check.State{ARP: &check.ARPState{IP: "192.0.2.2", Interface: "eth0", Result: "no-reply", Service: "default/web", Cause: "NoL2Advertisement"}}),
 				stateFinding(check.State{LBIPConflict: &check.LBIPConflictState{IP: "192.0.2.3", Kind: "service", Owner: "default/a", Other: "default/b"}}),
 			}},
+			sample(check.NameIPVSSysctls, check.State{Sysctl: &check.SysctlState{Name: "net.ipv4.vs.conn_reuse_mode", Value: 1},
+				Advisory: &check.AdvisoryState{Check: check.NameIPVSSysctls, Advisory: "IPVSTCPTimeoutBelowKeepalive", Severity: "warning"}}),
+			sample(check.NameConntrack, check.State{Conntrack: &check.ConntrackState{Entries: 10, Max: 100}}),
+			sample(check.NameNFTablesReadiness, check.State{Readiness: &check.ReadinessState{Kind: "scheduler", Severity: "change"}}),
+			sample(check.NameIPVSLeftovers, check.State{Leftover: &check.LeftoverState{Kind: "kube-ipvs0"}}),
 		},
 		Conditions: []Condition{{Type: "IPVSModulesMissing", Status: "False", Reason: "ModulesLoaded"}},
 		Checks:     []CheckRuns{{Name: check.NameModules, Runs: 1, LastSuccess: time.Unix(1, 0)}},

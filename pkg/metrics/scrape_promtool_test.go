@@ -38,13 +38,20 @@ func TestScrapeIsValidForPromtool(t *testing.T) {
 				moduleFinding(check.ModuleState{Module: "nf_conntrack", Loaded: true, Available: true, Declared: true}),
 				moduleFinding(check.ModuleState{Module: "nf_conntrack_ipv4", Declared: true, Stale: true}),
 			}},
-			{Name: check.NameKubeProxy, Status: check.StatusOK, Findings: []check.Finding{modeFinding("ipvs")}},
+			{Name: check.NameKubeProxy, Status: check.StatusOK, Findings: []check.Finding{modeFinding("ipvs"),
+				stateFinding{KubeProxySync: &check.KubeProxySyncState{IPFamily: "IPv4", LastSyncSeconds: 1780000000, LastQueuedSeconds: 1780000001, HealthTimeoutSeconds: 60}}}},
 			{Name: check.NameIPVS, Status: check.StatusOK, Findings: []check.Finding{tableFinding(12, 1)}},
 			{Name: check.NameARPSysctls, Status: check.StatusSkipped},
 			{Name: check.NameARP, Status: check.StatusProblem, Findings: []check.Finding{
 				arpFinding(check.ARPState{IP: "192.0.2.10", Family: "ipv4", Interface: "eth0", Result: "answered", Responders: 1, RTTSeconds: 0.0009}),
 				arpFinding(check.ARPState{IP: "192.0.2.11", Family: "ipv4", Interface: "eth0", Result: "no-reply", Service: "default/dns"}),
 			}},
+			{Name: check.NameIPVSSysctls, Status: check.StatusOK, Findings: []check.Finding{
+				stateFinding{Sysctl: &check.SysctlState{Name: "ipvs.timeout.tcp", Value: 900},
+					Advisory: &check.AdvisoryState{Check: check.NameIPVSSysctls, Advisory: "IPVSTCPTimeoutBelowKeepalive", Severity: "warning"}},
+				stateFinding{Sysctl: &check.SysctlState{Name: "net.ipv4.tcp_keepalive_time", Value: 7200}},
+			}},
+			{Name: check.NameConntrack, Status: check.StatusOK, Findings: []check.Finding{stateFinding{Conntrack: &check.ConntrackState{Entries: 950, Max: 1000}}}},
 		},
 		Conditions: []Condition{
 			{Type: "IPVSModulesMissing", Status: "True", Reason: "ModulesNotLoaded"},

@@ -21,12 +21,21 @@ type nodeState struct {
 	strictARP      *bool
 	virtualServers *int
 	withoutReal    *int
+	// The data plane's freshness and the advisories (docs/design.md §3b).
+	kpSync     map[string]check.KubeProxySyncState
+	advisories map[[2]string]check.AdvisoryState
+	sysctls    map[string]float64
+	conntrack  *check.ConntrackState
+	readiness  map[[2]string]int // kind, severity → findings
+	leftovers  map[string]int    // kind → leftovers
 }
 
 // stateOf merges the typed state the findings of results publish
 // ([check.Finding.State]).
 func stateOf(results ...check.Result) nodeState {
-	st := nodeState{modules: map[string]check.ModuleState{}, arp: map[[2]string]check.ARPState{}, conflicts: map[check.LBIPConflictState]bool{}}
+	st := nodeState{modules: map[string]check.ModuleState{}, arp: map[[2]string]check.ARPState{},
+		kpSync: map[string]check.KubeProxySyncState{}, advisories: map[[2]string]check.AdvisoryState{}, sysctls: map[string]float64{},
+		readiness: map[[2]string]int{}, leftovers: map[string]int{}, conflicts: map[check.LBIPConflictState]bool{}}
 	for _, r := range results {
 		for _, f := range r.Findings {
 			st.add(findingState(f))
@@ -55,6 +64,13 @@ func (st *nodeState) add(s check.State) {
 			st.strictARP = &v
 		}
 	}
+	st.addDataPlane(s)
+	if r := s.Readiness; r != nil && r.Kind != "" {
+		st.readiness[[2]string{r.Kind, r.Severity}]++
+	}
+	if l := s.Leftover; l != nil && l.Kind != "" {
+		st.leftovers[l.Kind]++
+	}
 	if t := s.IPVSTable; t != nil {
 		v := t.VirtualServers
 		st.virtualServers = &v
@@ -75,4 +91,22 @@ func findingState(f check.Finding) check.State {
 		return check.State{}
 	}
 	return f.State()
+}
+
+// addDataPlane merges kube-proxy's sync freshness, the advisories, the
+// sysctl values and the conntrack table's use.
+func (st *nodeState) addDataPlane(s check.State) {
+	if k := s.KubeProxySync; k != nil && k.IPFamily != "" {
+		st.kpSync[k.IPFamily] = *k
+	}
+	if a := s.Advisory; a != nil && a.Advisory != "" {
+		st.advisories[[2]string{a.Check, a.Advisory}] = *a
+	}
+	if v := s.Sysctl; v != nil && v.Name != "" {
+		st.sysctls[v.Name] = v.Value
+	}
+	if c := s.Conntrack; c != nil {
+		v := *c
+		st.conntrack = &v
+	}
 }

@@ -218,3 +218,25 @@ func equalStrings(a, b []string) bool {
 	}
 	return true
 }
+
+// FuzzWrittenByIPVSGuard: any content is judged without panicking; content
+// judged ipvs-guard's starts with its header, and ipvs-guard's own output
+// for any scheduler module is always judged its own.
+func FuzzWrittenByIPVSGuard(f *testing.F) {
+	f.Add([]byte(newFileHeader+"ip_vs\nip_vs_rr\nnf_conntrack\n"), "lc")
+	f.Add([]byte(newFileHeader+"ip_vs\nbr_netfilter\n"), "rr")
+	f.Add([]byte("ip_vs\n"), "sh")
+	f.Add([]byte(strings.ReplaceAll(newFileHeader, "\n", "\r\n")+"ip_vs\r\n"), "wrr")
+	f.Fuzz(func(t *testing.T, b []byte, sched string) {
+		if WrittenByIPVSGuard(b) && !strings.HasPrefix(strings.ReplaceAll(string(b), "\r\n", "\n"), newFileHeader) {
+			t.Fatalf("judged ipvs-guard's without its header: %q", b)
+		}
+		if ValidateScheduler(sched) != nil || sched == "" {
+			return
+		}
+		own := MergeDeclarations(nil, []string{"ip_vs", "ip_vs_" + sched, "nf_conntrack"}, nil).Content
+		if !WrittenByIPVSGuard(own) {
+			t.Fatalf("ipvs-guard's own file not judged its own:\n%s", own)
+		}
+	})
+}

@@ -21,6 +21,19 @@ func TestConditions(t *testing.T) {
 		want    []Condition
 	}{
 		{
+			// The migration advisories feed no condition, whatever their
+			// status: a node not ready for nftables, or with IPVS leftovers,
+			// is no node with a problem.
+			name: "advisory checks move no condition",
+			results: []check.Result{
+				{Name: check.NameModules, Status: check.StatusOK, Reason: "ModulesLoadedAndDeclared"},
+				{Name: check.NameNFTablesReadiness, Status: check.StatusProblem, Reason: "NotReadyForNftables", Message: "kernel 5.10 is older than 5.13"},
+				{Name: check.NameIPVSLeftovers, Status: check.StatusOK, Reason: "IPVSLeftovers", Message: "kube-ipvs0 left behind"},
+			},
+			enabled: []string{check.NameModules, check.NameNFTablesReadiness, check.NameIPVSLeftovers},
+			want:    []Condition{{Type: IPVSModulesMissing, Status: StatusFalse, Reason: "ModulesLoadedAndDeclared"}},
+		},
+		{
 			name:    "nothing run yet: every enabled type Unknown",
 			enabled: all,
 			want: []Condition{

@@ -97,6 +97,7 @@ func TestE2E(t *testing.T) {
 	e.scenarioServiceGone()
 	e.scenarioSilentIPv6LoadBalancer()
 	e.scenarioIPv6ServiceGone()
+	e.scenarioKubeProxyStall()
 	e.stopAgent()
 }
 
@@ -411,6 +412,7 @@ func (e *e2e) startKubeProxy(strictARP bool) {
 		"--kubeconfig=/run/e2e/kube-proxy.kubeconfig", "--proxy-mode=ipvs", "--ipvs-scheduler=lc",
 		"--hostname-override=" + nodeName, "--metrics-bind-address=127.0.0.1:10249",
 		"--ipvs-strict-arp=" + strconv.FormatBool(strictARP), "--cluster-cidr=" + clusterCIDRs, "--v=1",
+		"--ipvs-sync-period=" + kpSyncPeriod.String(),
 	}
 	e.g.run(e.ctx, e.t, `kp_start `+strings.Join(e.kpFlags, " "))
 	e.tl.say("kube-proxy v1.37.1 started: %s", strings.Join(e.kpFlags[1:7], " "))

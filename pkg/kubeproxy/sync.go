@@ -1,0 +1,292 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package kubeproxy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// DefaultHealthzPort is kube-proxy's default healthz port (--healthz-bind-address).
+const DefaultHealthzPort = 10256
+
+// DefaultSyncPeriod is kube-proxy's default --ipvs-sync-period (and
+// --iptables-sync-period): its proxier re-syncs every rule at least this often.
+const DefaultSyncPeriod = 30 * time.Second
+
+// Metric names kube-proxy publishes about its own syncing
+// (pkg/proxy/metrics/metrics.go of Kubernetes 1.37).
+const (
+	metricLastSync       = "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
+	metricLastQueued     = "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds"
+	metricServicePending = "kubeproxy_sync_proxy_rules_service_changes_pending"
+	metricEndpointPend   = "kubeproxy_sync_proxy_rules_endpoint_changes_pending"
+)
+
+// Duration is a kube-proxy configuration duration as /configz serves it
+// ("30s", metav1.Duration's JSON). A number is taken as nanoseconds; any
+// other value decodes as zero (unknown) rather than failing the whole
+// configuration.
+type Duration time.Duration
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil || v < 0 {
+			v = 0
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var n float64
+	if err := json.Unmarshal(b, &n); err == nil && n > 0 && n < math.MaxInt64 {
+		*d = Duration(time.Duration(n))
+		return nil
+	}
+	*d = 0
+	return nil
+}
+
+// HealthTimeout returns how old a queued, unsynced update may get before
+// kube-proxy's own /healthz fails: twice its sync period
+// (cmd/kube-proxy/app/server.go: NewProxyHealthServer(…, 2*config.SyncPeriod)).
+// In IPVS mode the sync period is ipvs.syncPeriod (v1alpha1, served from
+// Kubernetes 1.36), else the internal struct's top-level SyncPeriod (up to
+// 1.35), else kube-proxy's default of 30s.
+func (c Config) HealthTimeout() time.Duration {
+	p := time.Duration(c.IPVS.SyncPeriod)
+	if p <= 0 {
+		p = time.Duration(c.SyncPeriod)
+	}
+	if p <= 0 {
+		p = DefaultSyncPeriod
+	}
+	return 2 * p
+}
+
+// HealthzAddress returns where to reach kube-proxy's /healthz and /livez:
+// its healthzBindAddress with kube-proxy's default port 10256 when it names
+// none, an unspecified host (0.0.0.0, ::) read as the loopback address of
+// its family. Empty means kube-proxy's default, 0.0.0.0:10256. A CIDR (a
+// "bind to the node's addresses in this range" form) reads the loopback too.
+func (c Config) HealthzAddress() string {
+	a := strings.TrimSpace(c.HealthzBindAddress)
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		host, port = strings.Trim(a, "[]"), strconv.Itoa(DefaultHealthzPort)
+	}
+	if port == "" || port == "0" {
+		port = strconv.Itoa(DefaultHealthzPort)
+	}
+	if i := strings.IndexByte(host, '/'); i >= 0 {
+		host = host[:i]
+	}
+	ip := net.ParseIP(host)
+	switch {
+	case host == "" || (ip != nil && ip.IsUnspecified() && ip.To4() != nil):
+		host = "127.0.0.1"
+	case ip != nil && ip.IsUnspecified():
+		host = "::1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// FamilySync is what kube-proxy's /metrics says about one IP family's proxier.
+type FamilySync struct {
+	// LastSync is when rules were last synced successfully (zero: never).
+	LastSync time.Time
+	// LastQueued is when a sync was last queued (a Service or endpoint
+	// change seen; zero: never).
+	LastQueued time.Time
+}
+
+// Pending reports whether a sync was queued after the last successful one.
+func (f FamilySync) Pending() bool { return f.LastQueued.After(f.LastSync) }
+
+// SyncMetrics is what kube-proxy's /metrics says about its own syncing.
+type SyncMetrics struct {
+	// Families maps kube-proxy's ip_family label (IPv4, IPv6) to its sync state.
+	Families map[string]FamilySync
+	// ServiceChangesPending and EndpointChangesPending are kube-proxy's
+	// pending change gauges (-1 when absent).
+	ServiceChangesPending, EndpointChangesPending float64
+}
+
+// ErrNoSyncMetrics: /metrics has no kubeproxy_sync_proxy_rules_last_timestamp_seconds.
+var ErrNoSyncMetrics = errors.New("no " + metricLastSync + " metric")
+
+// ParseSyncMetrics reads kube-proxy's sync metrics from its /metrics body
+// (Prometheus text exposition; the caller bounds its size).
+func ParseSyncMetrics(r io.Reader) (SyncMetrics, error) {
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	mfs, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return SyncMetrics{}, fmt.Errorf("parsing kube-proxy metrics: %w", err)
+	}
+	m := SyncMetrics{Families: map[string]FamilySync{}, ServiceChangesPending: -1, EndpointChangesPending: -1}
+	perFamily := func(name string, set func(*FamilySync, time.Time)) {
+		mf := mfs[name]
+		if mf == nil {
+			return
+		}
+		for _, s := range mf.GetMetric() {
+			fam := label(s, "ip_family")
+			if fam == "" {
+				fam = "IPv4"
+			}
+			fs := m.Families[fam]
+			set(&fs, unixTime(value(s)))
+			m.Families[fam] = fs
+		}
+	}
+	perFamily(metricLastSync, func(f *FamilySync, t time.Time) { f.LastSync = t })
+	perFamily(metricLastQueued, func(f *FamilySync, t time.Time) { f.LastQueued = t })
+	if mfs[metricLastSync] == nil {
+		return SyncMetrics{}, ErrNoSyncMetrics
+	}
+	for name, dst := range map[string]*float64{metricServicePending: &m.ServiceChangesPending, metricEndpointPend: &m.EndpointChangesPending} {
+		if mf := mfs[name]; mf != nil && len(mf.GetMetric()) > 0 {
+			if v := value(mf.GetMetric()[0]); v >= 0 && !math.IsInf(v, 0) {
+				*dst = v
+			}
+		}
+	}
+	return m, nil
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.GetGauge() != nil:
+		return m.GetGauge().GetValue()
+	case m.GetUntyped() != nil:
+		return m.GetUntyped().GetValue()
+	case m.GetCounter() != nil:
+		return m.GetCounter().GetValue()
+	}
+	return math.NaN()
+}
+
+// unixTime converts a Unix time in seconds; zero, negative, NaN and values
+// past year 9999 are the zero time (never).
+func unixTime(sec float64) time.Time {
+	if math.IsNaN(sec) || sec <= 0 || sec > 253402300799 {
+		return time.Time{}
+	}
+	s, frac := math.Modf(sec)
+	return time.Unix(int64(s), int64(frac*1e9)).UTC()
+}
+
+// ProxyHealth is kube-proxy's /healthz and /livez answer
+// (pkg/proxy/healthcheck/proxy_health.go).
+type ProxyHealth struct {
+	// Code is the HTTP status: 200 healthy, 503 not.
+	Code int `json:"-"`
+	// Healthy is kube-proxy's own verdict over every family.
+	Healthy bool `json:"healthy"`
+	// NodeEligible is false when the Node is being deleted (healthz only).
+	NodeEligible *bool `json:"nodeEligible,omitempty"`
+	// Status is the verdict per IP family.
+	Status map[string]ProxierHealth `json:"status,omitempty"`
+}
+
+// ProxierHealth is kube-proxy's verdict on one IP family's proxier.
+type ProxierHealth struct {
+	// LastUpdated is when the proxier last synced.
+	LastUpdated time.Time `json:"lastUpdated"`
+	// Healthy is false when a queued update is older than the health timeout.
+	Healthy bool `json:"healthy"`
+}
+
+// ParseProxyHealth parses a /healthz or /livez body with its HTTP status.
+func ParseProxyHealth(code int, body []byte) (ProxyHealth, error) {
+	if code != 200 && code != 503 {
+		return ProxyHealth{}, fmt.Errorf("kube-proxy health: HTTP %d: %s", code, strings.TrimSpace(string(firstLine(body))))
+	}
+	var h ProxyHealth
+	if err := json.Unmarshal(body, &h); err != nil {
+		return ProxyHealth{}, fmt.Errorf("parsing kube-proxy health: %w", err)
+	}
+	h.Code = code
+	return h, nil
+}
+
+// SyncVerdict is the judgement of kube-proxy's sync freshness for one IP family.
+type SyncVerdict struct {
+	// Family is kube-proxy's ip_family (IPv4, IPv6).
+	Family string
+	// Sync is what /metrics said.
+	Sync FamilySync
+	// Stale is true when a queued update has waited longer than the health
+	// timeout with no sync since.
+	Stale bool
+	// By says what decided Stale: "healthz" (kube-proxy's own verdict) or
+	// "metrics" (its timestamps, when /healthz did not answer).
+	By string
+	// NotSynced is how long since the last successful sync.
+	NotSynced time.Duration
+}
+
+// JudgeSync decides, per IP family, whether kube-proxy's rules are stale,
+// as kube-proxy's own /healthz does (ProxyHealthServer.Health): a family is
+// unhealthy when the oldest update queued since its last sync is at least
+// timeout old. When health (from /livez, which carries no node-eligibility
+// verdict) answered with the family's status, that is kube-proxy's own
+// verdict and is taken as is. Otherwise the metrics decide: they carry the
+// last queued time, not the oldest pending one, which lies between the last
+// sync and the last queue; kube-proxy's periodic resync runs every half
+// timeout, so a pending update with no sync for a whole timeout is stale.
+func JudgeSync(now time.Time, timeout time.Duration, m SyncMetrics, health *ProxyHealth) []SyncVerdict {
+	fams := make([]string, 0, len(m.Families))
+	for f := range m.Families {
+		fams = append(fams, f)
+	}
+	sort.Strings(fams)
+	out := make([]SyncVerdict, 0, len(fams))
+	for _, f := range fams {
+		fs := m.Families[f]
+		v := SyncVerdict{Family: f, Sync: fs}
+		if !fs.LastSync.IsZero() && now.After(fs.LastSync) {
+			v.NotSynced = now.Sub(fs.LastSync)
+		}
+		if ph, ok := healthOf(health, f); ok {
+			v.By = "healthz"
+			v.Stale = !ph.Healthy
+		} else {
+			v.By = "metrics"
+			v.Stale = fs.Pending() && !fs.LastSync.IsZero() && v.NotSynced >= timeout
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func healthOf(h *ProxyHealth, family string) (ProxierHealth, bool) {
+	if h == nil || h.Status == nil {
+		return ProxierHealth{}, false
+	}
+	ph, ok := h.Status[family]
+	return ph, ok
+}
