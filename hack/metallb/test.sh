@@ -26,4 +26,4 @@ case "${1:-}" in
 --demo) run=(-test.run TestMetalLBDemo) ;;
 --bench) run=(-test.run '^$' -test.bench BenchmarkMetalLBSpeakerRTT -test.benchtime 1x) ;;
 esac
-as_root env IPVS_GUARD_CACHE="$CACHE_DIR" ${CI:+CI=$CI} "$bin" -test.count=1 -test.timeout=20m "${run[@]}"
+as_root env IPVS_GUARD_CACHE="$CACHE_DIR" ${CI:+CI=$CI} "$bin" -test.count=1 -test.timeout=30m "${run[@]}"
