@@ -40,6 +40,24 @@ func TestMetalLBCauses(t *testing.T) {
 	announcer := c.waitAnnouncer("web", "")
 	c.expectAnswered(t, ip, announcer)
 
+	t.Run("exclusion label on the announcing node, the only one its L2Advertisement selects", func(t *testing.T) {
+		only := c.l2Status("web")
+		sel := map[string]any{"nodeSelectors": []any{map[string]any{"matchLabels": map[string]any{"kubernetes.io/hostname": only}}}}
+		if err := metallbtest.ApplyL2Advertisement(c.ctx, c.dyn, "l2", sel); err != nil {
+			t.Fatal(err)
+		}
+		c.expectAnswered(t, ip, c.waitStableAnnouncer("web"))
+		c.cause(t, ip, clusterview.CauseExcludedByLabel, []string{"L2Advertisement metallb-system/l2 selects, " + only + " labelled node.kubernetes.io/exclude-from-external-load-balancers"},
+			func() {
+				c.forNodes([]string{only}, func(n *corev1.Node) { n.Labels[clusterview.ExcludeFromLoadBalancersLabel] = "" }, false)
+			},
+			func() {
+				c.forNodes([]string{only}, func(n *corev1.Node) { delete(n.Labels, clusterview.ExcludeFromLoadBalancersLabel) }, false)
+				if err := metallbtest.ApplyL2Advertisement(c.ctx, c.dyn, "l2", nil); err != nil {
+					t.Fatal(err)
+				}
+			})
+	})
 	t.Run("exclusion label on the speaker nodes", func(t *testing.T) {
 		c.cause(t, ip, clusterview.CauseExcludedByLabel, []string{"labelled node.kubernetes.io/exclude-from-external-load-balancers"},
 			func() {
