@@ -49,6 +49,8 @@ type runOptions struct {
 	apiBurst           int
 	profiling          bool
 	peersService       string
+	metallbNS          string
+	metallbTTL         time.Duration
 }
 
 func newRunCommand() *cobra.Command {
@@ -80,6 +82,8 @@ func newRunCommand() *cobra.Command {
 	f.Float32Var(&opts.apiQPS, "kube-api-qps", 5, "queries per second to the API server")
 	f.IntVar(&opts.apiBurst, "kube-api-burst", 10, "burst of queries to the API server")
 	f.StringVar(&opts.peersService, "peers-service", "", "namespace/name of the headless Service selecting the agents' pods: its ready endpoints' nodes are the peers ARP probes are sharded over (the chart sets it); without it this node probes every LoadBalancer IP it does not announce")
+	f.StringVar(&opts.metallbNS, "metallb-namespace", clusterview.DefaultMetalLBNamespace, "namespace of MetalLB's IPAddressPools, L2Advertisements and speaker Pods, read (list) to say why a LoadBalancer IP this node probes is not answered")
+	f.DurationVar(&opts.metallbTTL, "metallb-state-ttl", clusterview.MetalLBStateTTL, "reuse what was read of MetalLB's state and the Nodes for this long (read only while an IP this node probes is unanswered)")
 	f.BoolVar(&opts.profiling, "profiling", false, "serve Go's /debug/pprof on the health probe address (for measuring the agent's memory and CPU)")
 	return cmd
 }
@@ -230,6 +234,7 @@ func connect(ctx context.Context, opts *runOptions, node string) (kube.Interface
 	}
 	view := clusterview.New(node, cs, dyn, meta)
 	view.UsePeersService(peers)
+	view.SetMetalLB(opts.metallbNS, "", opts.metallbTTL)
 	if peers.Name == "" {
 		klog.FromContext(ctx).Info("No --peers-service: this node probes every LoadBalancer IP it does not announce (not sharded)")
 	}

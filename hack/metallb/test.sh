@@ -21,9 +21,9 @@ fi
 bin=$(mktemp -d)/metallb.test
 trap 'rm -rf "$(dirname "$bin")"' EXIT
 go test -c -tags metallb -o "$bin" ./test/metallb/
-run=(-test.run "${METALLB_TEST_RUN:-TestMetalLBSegment}" -test.v)
+run=(-test.run "${METALLB_TEST_RUN:-^(TestMetalLBSegment|TestMetalLBCauses)$}" -test.v)
 case "${1:-}" in
 --demo) run=(-test.run TestMetalLBDemo) ;;
 --bench) run=(-test.run '^$' -test.bench BenchmarkMetalLBSpeakerRTT -test.benchtime 1x) ;;
 esac
-as_root env IPVS_GUARD_CACHE="$CACHE_DIR" ${CI:+CI=$CI} "$bin" -test.count=1 -test.timeout=20m "${run[@]}"
+as_root env IPVS_GUARD_CACHE="$CACHE_DIR" ${CI:+CI=$CI} "$bin" -test.count=1 -test.timeout=30m "${run[@]}"

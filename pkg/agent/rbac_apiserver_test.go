@@ -76,6 +76,10 @@ func TestRBACAndAdmissionPolicy(t *testing.T) {
 	s := apiservertest.Start(t, apiservertest.Options{})
 	admin := kubernetes.NewForConfigOrDie(s.AdminConfig())
 	ctx := context.Background()
+	// MetalLB's namespace, which the Role ipvs-guard-metallb lives in.
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "metallb-system"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	applyManifests(t, s, filepath.Join(deployDir(), "serviceaccount.yaml"), filepath.Join(deployDir(), "rbac.yaml"),
 		filepath.Join(deployDir(), "admission-policy.yaml"))
 	createNode(t, admin, "node-a")
@@ -160,6 +164,8 @@ func TestRBACAndAdmissionPolicy(t *testing.T) {
 		{"list", "discovery.k8s.io", "endpointslices", "", ""}, {"watch", "discovery.k8s.io", "endpointslices", "", "ipvs-guard"},
 		{"list", "metallb.io", "servicel2statuses", "", ""}, {"watch", "metallb.io", "servicel2statuses", "", ""},
 		{"create", "events.k8s.io", "events", "", "default"}, {"patch", "events.k8s.io", "events", "", "default"},
+		{"list", "metallb.io", "ipaddresspools", "", "metallb-system"}, {"list", "metallb.io", "l2advertisements", "", "metallb-system"},
+		{"list", "", "pods", "", "metallb-system"},
 	} {
 		allowed[a] = true
 	}
@@ -175,6 +181,9 @@ func TestRBACAndAdmissionPolicy(t *testing.T) {
 			{"", "metallb.io", "servicel2statuses", "", "metallb-system"}, {"", "discovery.k8s.io", "endpointslices", "", ""}, {"", "discovery.k8s.io", "endpointslices", "", "default"}, {"", "discovery.k8s.io", "endpointslices", "", "ipvs-guard"},
 			{"", "apps", "daemonsets", "", "ipvs-guard"}, {"", "rbac.authorization.k8s.io", "clusterroles", "", ""},
 			{"", "admissionregistration.k8s.io", "validatingadmissionpolicies", "", ""}, {"", "", "serviceaccounts", "token", "ipvs-guard"},
+			{"", "", "pods", "", "metallb-system"}, {"", "", "pods", "", ""}, {"", "", "secrets", "", "metallb-system"},
+			{"", "metallb.io", "ipaddresspools", "", "metallb-system"}, {"", "metallb.io", "ipaddresspools", "", ""},
+			{"", "metallb.io", "l2advertisements", "", "metallb-system"}, {"", "metallb.io", "l2advertisements", "", "default"},
 		} {
 			r.verb = v
 			probes = append(probes, r)

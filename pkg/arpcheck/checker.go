@@ -67,6 +67,11 @@ type Target struct {
 	// MetalLB announces the IP on (ServiceL2Status); a reply with the MAC
 	// of another of that node's interfaces is reply-from-other-interface.
 	ExpectedInterfaces []string
+	// Explain, when set, is asked why the IP is not answered once a probe
+	// found it unanswered (never before: it may read the API): cause is a
+	// stable UpperCamelCase name, message names the object to fix and
+	// replaces Unannounced. Empty strings: nothing known.
+	Explain func(ctx context.Context) (cause, message string)
 }
 
 // TargetSource returns the targets of one check run. The agent builds it
@@ -555,6 +560,11 @@ func (c *Checker) finding(ctx context.Context, t Target, iface string, o Observa
 		ExpectedNode: t.ExpectedNode,
 		Service:      t.Service,
 		Unannounced:  t.Unannounced,
+	}
+	if f.Result == ResultNoReply && t.Explain != nil {
+		if cause, msg := t.Explain(ctx); msg != "" {
+			f.Cause, f.Unannounced = cause, msg
+		}
 	}
 	// Sorted, so that a message (and a Node condition) does not change with
 	// the order replies happened to arrive in.

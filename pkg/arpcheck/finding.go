@@ -38,6 +38,9 @@ type Finding struct {
 	// Unannounced says why no node announces the IP, when the cluster's
 	// MetalLB state tells (no ServiceL2Status for it).
 	Unannounced string `json:"unannounced,omitempty"`
+	// Cause names why the IP is not answered (a stable UpperCamelCase
+	// name, e.g. NoL2Advertisement), when known; Unannounced then says it.
+	Cause string `json:"cause,omitempty"`
 	// ExpectedInterfaces are the interfaces MetalLB announces the IP on
 	// (ServiceL2Status status.interfaces), when known.
 	ExpectedInterfaces []string `json:"expected_interfaces,omitempty"`
@@ -125,6 +128,7 @@ func (f Finding) State() check.State {
 		AnnouncerChanges: f.AnnouncerChanges,
 		Failover:         f.Failover != nil,
 		FailoverSeconds:  failoverSeconds(f.Failover),
+		Cause:            f.Cause,
 	}}
 }
 

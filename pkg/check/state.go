@@ -23,6 +23,9 @@ type State struct {
 	// ARP is the verdict of one probe of a LoadBalancer IP
 	// (ipvs_guard_arp_*).
 	ARP *ARPState
+	// LBIPConflict is a LoadBalancer IP something else claims too
+	// (ipvs_guard_lb_ip_conflict).
+	LBIPConflict *LBIPConflictState
 	// KubeProxySync is kube-proxy's sync freshness for one IP family
 	// (ipvs_guard_kube_proxy_sync_*).
 	KubeProxySync *KubeProxySyncState
@@ -153,4 +156,22 @@ type ARPState struct {
 	// went unanswered).
 	Failover        bool
 	FailoverSeconds float64
+	// Cause names why the IP is not answered, when known
+	// (ipvs_guard_arp_no_reply_cause).
+	Cause string
+}
+
+// LBIPConflictState is one LoadBalancer IP that something besides its
+// Service claims: a node's address, an interface of this node, or another
+// Service that does not share it by MetalLB's rules.
+type LBIPConflictState struct {
+	// IP is the LoadBalancer IP.
+	IP string
+	// Kind is what else claims it: node-address, interface or service.
+	Kind string
+	// Owner is the IP's Service (namespace/name).
+	Owner string
+	// Other names the other claimant: node/address type, node/interface, or
+	// the other Service (namespace/name).
+	Other string
 }

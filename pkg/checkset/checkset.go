@@ -261,7 +261,9 @@ func arpChecker(ctx context.Context, cfg Config) (check.Checker, error) {
 			}}, nil
 		}
 	}
-	return arpcheck.NewChecker(arpcheck.CheckerOptions{Targets: view.ARPTargets(c.ShardK), Directory: view.MACDirectory()})
+	return view.ConflictCheck(c.ShardK, arpcheck.HostInterfaces, func(targets arpcheck.TargetSource) (*arpcheck.Checker, error) {
+		return arpcheck.NewChecker(arpcheck.CheckerOptions{Targets: targets, Directory: view.MACDirectory()})
+	})
 }
 
 // listOnce fills a view of the cluster (Services, this Node, MetalLB's

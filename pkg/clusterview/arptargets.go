@@ -45,12 +45,14 @@ func (v *View) ARPTargets(k int) arpcheck.TargetSource {
 				continue
 			}
 			out = append(out, arpcheck.Target{
-				IP:           in.IP,
-				ExpectedNode: in.AnnouncingNode,
-				Service:      in.Service.String(),
-				Unannounced:  v.Unannounced(ctx, in),
-
+				IP:                 in.IP,
+				ExpectedNode:       in.AnnouncingNode,
+				Service:            in.Service.String(),
 				ExpectedInterfaces: in.AnnouncingInterfaces,
+				Explain: func(ctx context.Context) (string, string) {
+					c := v.Explain(ctx, in)
+					return c.Reason, c.Message
+				},
 			})
 		}
 		return out, nil

@@ -47,7 +47,9 @@ func intern(s string) string {
 // stripService keeps what the ipvs, arp-sysctls and arp checks read: name,
 // namespace, the proxy-name label kube-proxy honours, type, cluster IPs,
 // external IPs, ports (name, protocol, port), traffic policies and the
-// LoadBalancer ingress IPs with their mode.
+// LoadBalancer ingress IPs with their mode; for a LoadBalancer Service,
+// MetalLB's allow-shared-ip annotations and, with one and
+// externalTrafficPolicy Local, the selector.
 func stripService(obj any) (any, error) {
 	s, ok := obj.(*corev1.Service)
 	if !ok {
@@ -58,6 +60,21 @@ func stripService(obj any) (any, error) {
 			Labels: keepLabel(s.Labels, ipvscheck.ServiceProxyNameLabel)},
 		Spec: corev1.ServiceSpec{Type: serviceType(s.Spec.Type), ClusterIP: s.Spec.ClusterIP, ExternalIPs: s.Spec.ExternalIPs,
 			ExternalTrafficPolicy: trafficPolicy(s.Spec.ExternalTrafficPolicy)},
+	}
+	if s.Spec.Type == corev1.ServiceTypeLoadBalancer {
+		// MetalLB's sharing rules (conflicts.go): its annotations, and the
+		// selector it compares for externalTrafficPolicy Local.
+		for _, k := range []string{AllowSharedIPAnnotation, DeprecatedAllowSharedIPAnnotation} {
+			if val, ok := s.Annotations[k]; ok {
+				if out.Annotations == nil {
+					out.Annotations = map[string]string{}
+				}
+				out.Annotations[k] = val
+			}
+		}
+		if out.Annotations != nil && s.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+			out.Spec.Selector = s.Spec.Selector
+		}
 	}
 	out.Spec.ClusterIPs = s.Spec.ClusterIPs
 	if len(s.Spec.ClusterIPs) == 1 && s.Spec.ClusterIPs[0] == s.Spec.ClusterIP {

@@ -82,6 +82,9 @@ type View struct {
 	// endpoints reads EndpointSlices on demand (endpoints.go): for the
 	// ipvs check, and for the unannounced-IP message.
 	endpoints, unannouncedEndpoints *endpointsOnDemand
+	// metallb reads MetalLB's pools, advertisements, speaker Pods and the
+	// Nodes on demand, to say why an IP is not answered (causes.go).
+	metallb *metallbOnDemand
 
 	// discoveryTimeout bounds the discovery read for MetalLB's CRD and
 	// stopTimeout the wait for the informers to stop (DiscoveryTimeout,
@@ -155,8 +158,9 @@ func New(nodeName string, client kube.Interface, dyn dynamic.Interface, meta met
 		services: corelisters.NewServiceLister(svc.GetIndexer()), servicesSynced: svc.HasSynced,
 		ownNode: corelisters.NewNodeLister(own.GetIndexer()), nodesSynced: own.HasSynced,
 		endpoints: newEndpointsOnDemand(client, true), unannouncedEndpoints: newEndpointsOnDemand(client, false),
-		peers: newPeerSet(nodeName, client, types.NamespacedName{}),
-		macs:  newMACDirectory(nil),
+		metallb: newMetalLBOnDemand(client, dyn),
+		peers:   newPeerSet(nodeName, client, types.NamespacedName{}),
+		macs:    newMACDirectory(nil),
 
 		discoveryTimeout: DiscoveryTimeout, stopTimeout: InformerStopTimeout,
 	}
@@ -182,6 +186,23 @@ func (v *View) StopTimeout() time.Duration { return v.stopTimeout }
 // view (tests shorten them). Call it before Start.
 func (v *View) SetTimeouts(discovery, stop time.Duration) {
 	v.discoveryTimeout, v.stopTimeout = discovery, stop
+}
+
+// SetMetalLB says where MetalLB runs: the namespace of its pools,
+// advertisements and speaker Pods (DefaultMetalLBNamespace when empty), the
+// label selector of its speaker Pods (DefaultSpeakerSelector when empty),
+// and how long what is read of it is reused (MetalLBStateTTL when 0). Call
+// it before Start.
+func (v *View) SetMetalLB(namespace, speakers string, ttl time.Duration) {
+	if namespace != "" {
+		v.metallb.namespace = namespace
+	}
+	if speakers != "" {
+		v.metallb.speakers = speakers
+	}
+	if ttl > 0 {
+		v.metallb.ttl = ttl
+	}
 }
 
 // AddInformer runs inf with the view's own informers: Start starts it and

@@ -84,6 +84,8 @@ type Collector struct {
 	arpResponders         *prometheus.Desc
 	arpProbeRTT           *prometheus.Desc
 	arpAnnouncerChanges   *prometheus.Desc
+	arpNoReplyCause       *prometheus.Desc
+	lbIPConflict          *prometheus.Desc
 	nftablesReady         *prometheus.Desc
 	nftablesFindings      *prometheus.Desc
 	ipvsLeftovers         *prometheus.Desc
@@ -240,6 +242,12 @@ func newCollector(snapshot func() Snapshot, info version.Info) *Collector {
 		arpAnnouncerChanges: d("arp", "announcer_changes_last_hour",
 			"Number of times the MAC answering for a LoadBalancer IP this node probes changed in the last hour (a failover each, or a flap). Like the other per-IP series it covers only the IPs sharded to this node.",
 			"ip", "family", "interface"),
+		arpNoReplyCause: d("arp", "no_reply_cause",
+			"Why a LoadBalancer IP this node probes got no reply, as read from MetalLB's state (e.g. NoL2Advertisement, NodesExcludedFromLoadBalancers); the value is always 1, absent when it is answered or nothing is known.",
+			"ip", "family", "service", "cause"),
+		lbIPConflict: d("lb_ip", "conflict",
+			"A LoadBalancer IP something else claims too: kind node-address (a Node's InternalIP/ExternalIP), interface (an interface of this node other than kube-ipvs0) or service (another Service not sharing it by MetalLB's allow-shared-ip rules); owner is its Service, other the other claimant. The value is always 1.",
+			"ip", "kind", "owner", "other"),
 		nftablesReady: d("nftables", "ready",
 			"Whether this node is ready for kube-proxy's nftables mode: 1 when the nftables-readiness report found no blocker, 0 when it found one; absent when the report has not run (an advisory: it feeds no Node condition)."),
 		nftablesFindings: d("nftables", "readiness_findings",
@@ -269,7 +277,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.buildInfo, c.checkStatus, c.conditionStatus, c.conditionReason,
 		c.moduleLoaded, c.moduleDeclared, c.moduleAvailable, c.moduleStale,
 		c.kubeProxyMode, c.kubeProxyStrictARP, c.virtualServers, c.virtualServersNoReal,
-		c.arpProbeResult, c.arpResponders, c.arpProbeRTT, c.arpAnnouncerChanges,
+		c.arpProbeResult, c.arpResponders, c.arpProbeRTT, c.arpAnnouncerChanges, c.arpNoReplyCause, c.lbIPConflict,
 		c.nftablesReady, c.nftablesFindings, c.ipvsLeftovers,
 		c.reconcileTotal, c.reconcileErrors, c.reconcileLastSuccess, c.reconcileLastDuration,
 	} {
@@ -373,6 +381,24 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if a.Responders > 0 && a.RTTSeconds > 0 {
 			gauge(c.arpProbeRTT, a.RTTSeconds, a.IP, a.Family, a.Interface)
 		}
+	}
+	causes := map[[4]string]bool{} // one series per IP and cause, whatever the interface
+	for _, k := range keys {
+		if a := st.arp[k]; a.Cause != "" && a.Result == "no-reply" && !causes[[4]string{a.IP, a.Family, a.Service, a.Cause}] {
+			causes[[4]string{a.IP, a.Family, a.Service, a.Cause}] = true
+			gauge(c.arpNoReplyCause, 1, a.IP, a.Family, a.Service, a.Cause)
+		}
+	}
+	conflicts := make([]check.LBIPConflictState, 0, len(st.conflicts))
+	for k := range st.conflicts {
+		conflicts = append(conflicts, k)
+	}
+	sort.Slice(conflicts, func(i, j int) bool {
+		a, b := conflicts[i], conflicts[j]
+		return a.IP+"\x00"+a.Kind+"\x00"+a.Owner+"\x00"+a.Other < b.IP+"\x00"+b.Kind+"\x00"+b.Owner+"\x00"+b.Other
+	})
+	for _, k := range conflicts {
+		gauge(c.lbIPConflict, 1, k.IP, k.Kind, k.Owner, k.Other)
 	}
 }
 

@@ -334,6 +334,7 @@ var stateSamples = map[string]check.State{
 	"Conntrack":     {Conntrack: &check.ConntrackState{Entries: 10, Max: 100}},
 	"Readiness":     {Readiness: &check.ReadinessState{Kind: "scheduler", Severity: "change"}},
 	"Leftover":      {Leftover: &check.LeftoverState{Kind: "kube-ipvs0"}},
+	"LBIPConflict":  {LBIPConflict: &check.LBIPConflictState{IP: "192.0.2.1", Kind: "service", Owner: "default/a", Other: "default/b"}},
 }
 
 // TestEveryStateKindIsExposed checks that every kind of state a finding can

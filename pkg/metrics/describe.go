@@ -43,7 +43,11 @@ func Describe() ([]Family, error) {
 			sample(check.NameKubeProxy, check.State{KubeProxy: &check.KubeProxyState{Mode: "ipvs", StrictARP: &strict}},
 				check.State{KubeProxySync: &check.KubeProxySyncState{IPFamily: "IPv4", LastSyncSeconds: 1, LastQueuedSeconds: 1, HealthTimeoutSeconds: 60}}),
 			sample(check.NameIPVS, check.State{IPVSTable: &check.IPVSTableState{VirtualServers: 1, WithoutRealServers: &noReal}}),
-			sample(check.NameARP, check.State{ARP: &check.ARPState{IP: "192.0.2.1", Interface: "eth0", Result: "answered", Responders: 1, RTTSeconds: 0.001, Failover: true, FailoverSeconds: 2}}),
+			{Name: check.NameARP, Status: check.StatusOK, Findings: []check.Finding{
+				stateFinding(check.State{ARP: &check.ARPState{IP: "192.0.2.1", Interface: "eth0", Result: "answered", Responders: 1, RTTSeconds: 0.001, Failover: true, FailoverSeconds: 2}}),
+				stateFinding(check.State{ARP: &check.ARPState{IP: "192.0.2.2", Interface: "eth0", Result: "no-reply", Service: "default/web", Cause: "NoL2Advertisement"}}),
+				stateFinding(check.State{LBIPConflict: &check.LBIPConflictState{IP: "192.0.2.3", Kind: "service", Owner: "default/a", Other: "default/b"}}),
+			}},
 			sample(check.NameIPVSSysctls, check.State{Sysctl: &check.SysctlState{Name: "net.ipv4.vs.conn_reuse_mode", Value: 1},
 				Advisory: &check.AdvisoryState{Check: check.NameIPVSSysctls, Advisory: "IPVSTCPTimeoutBelowKeepalive", Severity: "warning"}}),
 			sample(check.NameConntrack, check.State{Conntrack: &check.ConntrackState{Entries: 10, Max: 100}}),

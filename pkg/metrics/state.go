@@ -16,6 +16,7 @@ import (
 type nodeState struct {
 	modules        map[string]check.ModuleState
 	arp            map[[2]string]check.ARPState
+	conflicts      map[check.LBIPConflictState]bool
 	mode           string
 	strictARP      *bool
 	virtualServers *int
@@ -34,7 +35,7 @@ type nodeState struct {
 func stateOf(results ...check.Result) nodeState {
 	st := nodeState{modules: map[string]check.ModuleState{}, arp: map[[2]string]check.ARPState{},
 		kpSync: map[string]check.KubeProxySyncState{}, advisories: map[[2]string]check.AdvisoryState{}, sysctls: map[string]float64{},
-		readiness: map[[2]string]int{}, leftovers: map[string]int{}}
+		readiness: map[[2]string]int{}, leftovers: map[string]int{}, conflicts: map[check.LBIPConflictState]bool{}}
 	for _, r := range results {
 		for _, f := range r.Findings {
 			st.add(findingState(f))
@@ -50,6 +51,9 @@ func (st *nodeState) add(s check.State) {
 	}
 	if a := s.ARP; a != nil && a.IP != "" && a.Result != "" {
 		st.arp[[2]string{a.IP, a.Interface}] = *a
+	}
+	if c := s.LBIPConflict; c != nil && c.IP != "" {
+		st.conflicts[*c] = true
 	}
 	if kp := s.KubeProxy; kp != nil {
 		if kp.Mode != "" {

@@ -47,6 +47,10 @@ import (
 // agentPort is where each agent serves /metrics on its node's eth0 address.
 const agentPort = 9473
 
+// metallbStateTTL is the agents' --metallb-state-ttl: each scenario's
+// cause is read afresh within it.
+const metallbStateTTL = "2s"
+
 // resync is the agents' --resync-period: ARP replies have no watch, so this
 // is how often an agent re-probes.
 const resync = "1s"
@@ -304,7 +308,7 @@ func (c *cluster) startAgent(name string) {
 	cmd := n.Command(c.ctx, "setpriv", "--bounding-set=-all,+net_admin,+net_raw", "--inh-caps=-all,+net_admin,+net_raw",
 		"--ambient-caps=-all,+net_admin,+net_raw", "--no-new-privs", "--",
 		c.bin, "run", "--kubeconfig="+c.mlb.NodeKubeconfig, "--node-name="+name, "--root="+c.trees[name],
-		"--scheduler=rr", "--resync-period="+resync, "--no-uevents", c.peers.Flag(),
+		"--scheduler=rr", "--resync-period="+resync, "--no-uevents", c.peers.Flag(), "--metallb-state-ttl="+metallbStateTTL,
 		fmt.Sprintf("--metrics-bind-address=%s:%d", n.IP, agentPort), "--health-probe-bind-address=127.0.0.1:9474")
 	p, err := proc.Start("ipvs-guard-"+name, cmd, filepath.Join(c.dir, "agent-"+name+".log"))
 	if err != nil {
