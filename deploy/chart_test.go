@@ -586,6 +586,44 @@ func TestDryRunOnAPIServer(t *testing.T) {
 			t.Fatalf("dry-run apply of deploy/manifests/ipvs-guard.yaml: %v\n%s", err, out)
 		}
 	})
+	// metallb.rbac=auto: a cluster without MetalLB's namespace installs
+	// cleanly (no Role in a namespace that does not exist); once the
+	// namespace exists, install (or upgrade) creates the Role there.
+	t.Run("metallb rbac follows MetalLB's namespace", func(t *testing.T) {
+		install := func() string {
+			t.Helper()
+			cmd := exec.Command(helmBin(t), "install", "ipvs-guard", chartDir, "--namespace", "ipvs-guard",
+				"--dry-run=server", "--kubeconfig", kubeconfig)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("helm install --dry-run=server: %v\n%s", err, out)
+			}
+			return string(out)
+		}
+		if out := install(); strings.Contains(out, "name: ipvs-guard-metallb") {
+			t.Errorf("without the metallb-system namespace the chart renders its Role there")
+		}
+		raw, err := os.ReadFile("manifests/ipvs-guard-metallb.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := kubectl(string(raw), "apply", "--server-side", "--dry-run=server", "-f", "-"); err == nil {
+			t.Errorf("deploy/manifests/ipvs-guard-metallb.yaml applied with no metallb-system namespace:\n%s", out)
+		}
+		ns := "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: metallb-system\n"
+		if out, err := kubectl(ns, "apply", "--server-side", "-f", "-"); err != nil {
+			t.Fatalf("creating namespace: %v\n%s", err, out)
+		}
+		out := install()
+		for _, want := range []string{"kind: Role\nmetadata:\n  name: ipvs-guard-metallb\n  namespace: metallb-system", "kind: RoleBinding\nmetadata:\n  name: ipvs-guard-metallb\n  namespace: metallb-system"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("with the metallb-system namespace, the install lacks %q", want)
+			}
+		}
+		if out, err := kubectl(string(raw), "apply", "--server-side", "--dry-run=server", "-f", "-"); err != nil {
+			t.Errorf("dry-run apply of deploy/manifests/ipvs-guard-metallb.yaml: %v\n%s", err, out)
+		}
+	})
 }
 
 // TestAdmissionPolicyOwnNodeOnly installs the chart for real on the test API
