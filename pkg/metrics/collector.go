@@ -158,16 +158,7 @@ func (c *Collector) collectDataPlane(st nodeState, gauge func(d *prometheus.Desc
 	if timeout > 0 {
 		gauge(d.kpHealthTimeout, timeout)
 	}
-	keys := make([][2]string, 0, len(st.advisories))
-	for k := range st.advisories {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i][0] != keys[j][0] {
-			return keys[i][0] < keys[j][0]
-		}
-		return keys[i][1] < keys[j][1]
-	})
+	keys := sortedPairKeys(st.advisories)
 	for _, k := range keys {
 		a := st.advisories[k]
 		gauge(d.advisory, 1, a.Check, a.Advisory, a.Severity)
@@ -345,32 +336,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.moduleStale, boolValue(m.Stale), name)
 	}
 	c.collectDataPlane(st, gauge)
-	rkeys := make([][2]string, 0, len(st.readiness))
-	for k := range st.readiness {
-		rkeys = append(rkeys, k)
-	}
-	sort.Slice(rkeys, func(i, j int) bool {
-		if rkeys[i][0] != rkeys[j][0] {
-			return rkeys[i][0] < rkeys[j][0]
-		}
-		return rkeys[i][1] < rkeys[j][1]
-	})
+	rkeys := sortedPairKeys(st.readiness)
 	for _, k := range rkeys {
 		gauge(c.nftablesFindings, float64(st.readiness[k]), k[0], k[1])
 	}
 	for _, k := range sortedKeys(st.leftovers) {
 		gauge(c.ipvsLeftovers, float64(st.leftovers[k]), k)
 	}
-	keys := make([][2]string, 0, len(st.arp))
-	for k := range st.arp {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i][0] != keys[j][0] {
-			return keys[i][0] < keys[j][0]
-		}
-		return keys[i][1] < keys[j][1]
-	})
+	keys := sortedPairKeys(st.arp)
 	for _, k := range keys {
 		a := st.arp[k]
 		for _, res := range arpResults {
@@ -422,6 +395,21 @@ func boolValue(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// sortedPairKeys returns the keys of m in order, by first then second.
+func sortedPairKeys[V any](m map[[2]string]V) [][2]string {
+	keys := make([][2]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i][0] != keys[j][0] {
+			return keys[i][0] < keys[j][0]
+		}
+		return keys[i][1] < keys[j][1]
+	})
+	return keys
 }
 
 func sortedKeys[V any](m map[string]V) []string {
