@@ -55,11 +55,11 @@ func TestAgentConditionsEventsAndQuietResyncs(t *testing.T) {
 
 	// 20 resyncs with nothing changing: not a single write.
 	time.Sleep(300 * time.Millisecond) // let the informer see our own writes
-	before := u.log.writes()
+	before := u.log.Writes()
 	runs := checks[0].runs.Load()
 	eventually(t, 20*time.Second, "20 resyncs", func() bool { return checks[0].runs.Load() >= runs+20 })
 	time.Sleep(200 * time.Millisecond)
-	if diff := cmp.Diff(before, u.log.writes()); diff != "" {
+	if diff := cmp.Diff(before, u.log.Writes()); diff != "" {
 		t.Errorf("writes during 20 quiet resyncs (-before +after):\n%s", diff)
 	}
 	t.Logf("writes to reach steady state: %d (%v)", len(before), before)
@@ -209,8 +209,8 @@ func TestManagerRetriesConflictAgainstAPIServer(t *testing.T) {
 		[]byte(`{"metadata":{"labels":{"other-writer":"yes"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	log := &requestLog{}
-	cs := mustKube(t, log.wrap(s.AdminConfig()))
+	log := &apiservertest.RequestLog{}
+	cs := apiservertest.AgentClient(t, log.Wrap(s.AdminConfig()))
 	m, err := nodestatus.NewManager(nodestatus.ManagerConfig{NodeName: "node-a", Client: nodestatus.NewClient(cs),
 		CachedNode: func() (*corev1.Node, error) { return stale, nil }})
 	if err != nil {
@@ -224,7 +224,7 @@ func TestManagerRetriesConflictAgainstAPIServer(t *testing.T) {
 		"PATCH /api/v1/nodes/node-a/status Conflict",
 		"PATCH /api/v1/nodes/node-a/status OK",
 	}
-	if diff := cmp.Diff(want, log.writes()); diff != "" {
+	if diff := cmp.Diff(want, log.Writes()); diff != "" {
 		t.Errorf("writes (-want +got):\n%s", diff)
 	}
 	n, _ := admin.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
@@ -371,10 +371,10 @@ func TestSlowARPRoundDoesNotDelayModulesCondition(t *testing.T) {
 
 	// Steady state, all False, while ARP runs: not a single write.
 	time.Sleep(300 * time.Millisecond)
-	before := u.log.writes()
+	before := u.log.Writes()
 	runs := modules.runs.Load()
 	eventually(t, 10*time.Second, "10 modules resyncs during the ARP round", func() bool { return modules.runs.Load() >= runs+10 })
-	if diff := cmp.Diff(before, u.log.writes()); diff != "" {
+	if diff := cmp.Diff(before, u.log.Writes()); diff != "" {
 		t.Errorf("writes at steady state (-before +after):\n%s", diff)
 	}
 

@@ -72,7 +72,7 @@ func TestNoNodeWritesUnderServiceChurn(t *testing.T) {
 		createLBService(t, admin, i)
 	}
 
-	kp := newKubeProxyModel(lag, mustKube(t, cfg))
+	kp := newKubeProxyModel(lag, apiservertest.AgentClient(t, cfg))
 	checks := []*fakeCheck{newFakeCheck(check.NameModules), newFakeCheck(check.NameARP)}
 	u := startAgent(t, s, node, agentOptions{checks: checks, resync: 2 * time.Second, userAgent: ua,
 		real: func(v *clusterview.View) []check.Checker { return kp.checkers(t, v, node) }})

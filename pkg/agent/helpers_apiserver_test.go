@@ -7,8 +7,6 @@ package agent
 import (
 	"context"
 	"net"
-	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,12 +15,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/rest"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
@@ -30,63 +26,6 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 )
-
-// requestLog counts the requests a client sends, by method, with status codes.
-type requestLog struct {
-	mu   sync.Mutex
-	reqs []string // "METHOD path code"
-	uris []string // "METHOD path?query"
-}
-
-func (l *requestLog) wrap(cfg *rest.Config) *rest.Config {
-	cfg = rest.CopyConfig(cfg)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return rtFunc(func(req *http.Request) (*http.Response, error) {
-			resp, err := rt.RoundTrip(req)
-			code := "err"
-			if err == nil {
-				code = http.StatusText(resp.StatusCode)
-			}
-			l.mu.Lock()
-			l.reqs = append(l.reqs, req.Method+" "+req.URL.Path+" "+code)
-			l.uris = append(l.uris, req.Method+" "+req.URL.RequestURI())
-			l.mu.Unlock()
-			return resp, err
-		})
-	}
-	return cfg
-}
-
-// writes returns every non-read request so far.
-func (l *requestLog) writes() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for _, r := range l.reqs {
-		if !strings.HasPrefix(r, "GET ") {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// requests returns "METHOD path?query" of every request so far whose path
-// starts with prefix.
-func (l *requestLog) requests(prefix string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for _, u := range l.uris {
-		if _, p, _ := strings.Cut(u, " "); strings.HasPrefix(p, prefix) {
-			out = append(out, u)
-		}
-	}
-	return out
-}
-
-type rtFunc func(*http.Request) (*http.Response, error)
-
-func (f rtFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // fakeCheck is a check whose result the test sets; it counts its runs.
 type fakeCheck struct {
@@ -162,7 +101,7 @@ func createNode(t *testing.T, cs kubernetes.Interface, name string) *corev1.Node
 type agentUnderTest struct {
 	agent  *Agent
 	mgr    *nodestatus.Manager
-	log    *requestLog
+	log    *apiservertest.RequestLog
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -185,12 +124,12 @@ type agentOptions struct {
 
 func startAgent(t *testing.T, s *apiservertest.Server, node string, o agentOptions) *agentUnderTest {
 	t.Helper()
-	log := &requestLog{}
-	cfg := log.wrap(s.AdminConfig())
+	log := &apiservertest.RequestLog{}
+	cfg := log.Wrap(s.AdminConfig())
 	if o.userAgent != "" {
 		cfg.UserAgent = o.userAgent
 	}
-	cs := mustKube(t, cfg)
+	cs := apiservertest.AgentClient(t, cfg)
 	var dyn dynamic.Interface
 	if o.metallb {
 		dyn = dynamic.NewForConfigOrDie(cfg)
@@ -230,20 +169,6 @@ func startAgent(t *testing.T, s *apiservertest.Server, node string, o agentOptio
 	}()
 	t.Cleanup(func() { u.stop(t) })
 	return u
-}
-
-// mustKube returns the agent's own narrow client (pkg/kube) for cfg, as
-// ipvs-guard run builds it: protobuf.
-func mustKube(t *testing.T, cfg *rest.Config) kube.Interface {
-	t.Helper()
-	pb := rest.CopyConfig(cfg)
-	pb.ContentType = runtime.ContentTypeProtobuf
-	pb.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	cs, err := kube.NewForConfig(pb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cs
 }
 
 func (u *agentUnderTest) stop(t *testing.T) {

@@ -138,13 +138,13 @@ func TestPeersFollowEndpointSlice(t *testing.T) {
 
 	// The Nodes it watched: its own only (field selector). The peers: one
 	// namespaced, label-selected watch of EndpointSlices.
-	for _, r := range u.log.requests("/api/v1/nodes") {
+	for _, r := range u.log.Requests("/api/v1/nodes") {
 		if strings.Contains(r, "watch=true") && !strings.Contains(r, "fieldSelector=metadata.name%3Dnode-a") {
 			t.Errorf("a watch of Nodes other than its own: %s", r)
 		}
 	}
 	var peerWatches []string
-	for _, r := range u.log.requests("/apis/discovery.k8s.io/v1/") {
+	for _, r := range u.log.Requests("/apis/discovery.k8s.io/v1/") {
 		if strings.Contains(r, "service-name%3Dipvs-guard-peers") {
 			peerWatches = append(peerWatches, r)
 			if !strings.Contains(r, "/namespaces/ipvs-guard/endpointslices") {
@@ -190,7 +190,7 @@ func TestMACNamingWithoutNodeWatch(t *testing.T) {
 	eventually(t, 10*time.Second, "view synced", v.HasSynced)
 	dir := v.MACDirectory()
 	nodeReads := func() (gets, lists int) {
-		for _, r := range u.log.requests("/api/v1/nodes") {
+		for _, r := range u.log.Requests("/api/v1/nodes") {
 			switch {
 			case strings.HasPrefix(r, "GET /api/v1/nodes/node-b"), strings.HasPrefix(r, "GET /api/v1/nodes/node-c"):
 				gets++
@@ -233,7 +233,7 @@ func TestMACNamingWithoutNodeWatch(t *testing.T) {
 		t.Errorf("node-c after the LIST: %d GETs, %d LISTs; want 1, 1", g, l)
 	}
 	// The agent's only Node watch is its own Node's.
-	for _, r := range u.log.requests("/api/v1/nodes") {
+	for _, r := range u.log.Requests("/api/v1/nodes") {
 		if strings.Contains(r, "watch=true") && !strings.Contains(r, "fieldSelector=metadata.name%3Dnode-a") {
 			t.Errorf("a watch of Nodes other than its own: %s", r)
 		}

@@ -221,7 +221,7 @@ func TestRBACAndAdmissionPolicy(t *testing.T) {
 	}
 
 	// The agent's own publisher works under these rules end to end.
-	cs := mustKube(t, s.Config(podToken(t, admin, "node-a")))
+	cs := apiservertest.AgentClient(t, s.Config(podToken(t, admin, "node-a")))
 	m, err := nodestatus.NewManager(nodestatus.ManagerConfig{NodeName: "node-a", Client: nodestatus.NewClient(cs)})
 	if err != nil {
 		t.Fatal(err)

@@ -61,8 +61,8 @@ func TestEndpointsOnDemandAgainstAPIServer(t *testing.T) {
 	slice("default", "elsewhere", map[string]string{ipvscheck.ServiceProxyNameLabel: "other-proxy"})
 	asked = append(asked, "default/headless", "default/elsewhere", "default/no-such")
 
-	var log requestLog
-	e := newEndpointsOnDemand(mustKube(t, log.wrap(s.AdminConfig())), true)
+	var log apiservertest.RequestLog
+	e := newEndpointsOnDemand(apiservertest.AgentClient(t, log.Wrap(s.AdminConfig())), true)
 	clk := testingclock.NewFakePassiveClock(time.Now())
 	e.clock = clk
 	names := func(eps []*discoveryv1.EndpointSlice) []string {
@@ -88,11 +88,11 @@ func TestEndpointsOnDemandAgainstAPIServer(t *testing.T) {
 		if diff := cmp.Diff(want, names(got)); diff != "" {
 			t.Fatalf("round %d: EndpointSlices (-want +got):\n%s", round, diff)
 		}
-		if lists := log.requests("/apis/discovery.k8s.io/v1/endpointslices"); len(lists) != wantLists {
+		if lists := log.Requests("/apis/discovery.k8s.io/v1/endpointslices"); len(lists) != wantLists {
 			t.Fatalf("round %d: %d LISTs in all, want %d (123 names, 50 a LIST, reread after the TTL): %v", round, len(lists), wantLists, lists)
 		}
 	}
-	for _, r := range log.requests("/") {
+	for _, r := range log.Requests("/") {
 		if strings.Contains(r, "watch=true") || strings.Contains(r, "watch=1") {
 			t.Errorf("watched: %s", r)
 		}
@@ -106,14 +106,14 @@ func TestEndpointsOnDemandAgainstAPIServer(t *testing.T) {
 	}
 	// Asking for none (the check's run while every virtual server has real
 	// servers) forgets them all and sends nothing.
-	before := len(log.requests("/"))
+	before := len(log.Requests("/"))
 	if got, err := e.get(ctx, nil); err != nil || len(got) != 0 {
 		t.Fatalf("get(none) = %v, %v", got, err)
 	}
 	if n := len(e.memo); n != 0 {
 		t.Errorf("memo keeps %d Services after asking for none", n)
 	}
-	if after := len(log.requests("/")); after != before {
+	if after := len(log.Requests("/")); after != before {
 		t.Errorf("asking for none sent %d requests", after-before)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -105,9 +104,9 @@ func TestExplainAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var log requestLog
-	cfg := log.wrap(s.Config(tr.Status.Token))
-	v := New("self", mustKube(t, cfg), dynamic.NewForConfigOrDie(cfg), nil)
+	var log apiservertest.RequestLog
+	cfg := log.Wrap(s.Config(tr.Status.Token))
+	v := New("self", apiservertest.AgentClient(t, cfg), dynamic.NewForConfigOrDie(cfg), nil)
 	if err := v.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -139,9 +138,7 @@ func TestExplainAgainstAPIServer(t *testing.T) {
 
 	// What it cost: LISTs only (twice each: once per TTL), nothing watched,
 	// nothing forbidden.
-	log.mu.Lock()
-	reqs := slices.Clone(log.reqs)
-	log.mu.Unlock()
+	reqs := log.Responses()
 	counts := map[string]int{}
 	for _, r := range reqs {
 		if strings.HasSuffix(r, " Forbidden") {
@@ -156,7 +153,7 @@ func TestExplainAgainstAPIServer(t *testing.T) {
 		"/api/v1/nodes",
 	} {
 		n := 0
-		for _, u := range log.requests(prefix) {
+		for _, u := range log.Requests(prefix) {
 			if !strings.Contains(u, "watch=true") && !strings.Contains(u, "fieldSelector") {
 				n++
 			}
@@ -165,7 +162,7 @@ func TestExplainAgainstAPIServer(t *testing.T) {
 			t.Errorf("%s: %d LISTs, want 2 (one per TTL)", prefix, n)
 		}
 	}
-	for _, u := range log.requests("/api") {
+	for _, u := range log.Requests("/api") {
 		if strings.Contains(u, "watch=true") && (strings.Contains(u, "ipaddresspools") || strings.Contains(u, "l2advertisements") || strings.Contains(u, "/pods") || strings.Contains(u, "/api/v1/nodes?") && !strings.Contains(u, "fieldSelector")) {
 			t.Errorf("watched: %s", u)
 		}
