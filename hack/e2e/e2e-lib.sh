@@ -91,9 +91,11 @@ kp_stop() {
 }
 
 # kp_pid prints the pid of the running kube-proxy binary (not its loop).
+# (if, not &&: a last /proc entry that is not kube-proxy must not make the
+# function fail.)
 kp_pid() {
 	for d in /proc/[0-9]*; do
-		[ "$(readlink "$d/exe" 2>/dev/null)" = /usr/local/bin/kube-proxy ] && echo "${d#/proc/}"
+		if [ "$(readlink "$d/exe" 2>/dev/null)" = /usr/local/bin/kube-proxy ]; then echo "${d#/proc/}"; fi
 	done
 }
 
