@@ -32,6 +32,8 @@ const (
 	NameIPVS       = "ipvs"
 	NameARPSysctls = "arp-sysctls"
 	NameARP        = "arp"
+	// NameIPVSDataplane compares the IPVS table with the cluster both ways.
+	NameIPVSDataplane = "ipvs-dataplane"
 )
 
 // Finding is one observation of a check, rendered as a line in the text report,

@@ -23,6 +23,27 @@ type State struct {
 	// ARP is the verdict of one probe of a LoadBalancer IP
 	// (ipvs_guard_arp_*).
 	ARP *ARPState
+	// IPVSDrift counts what the IPVS table and the cluster disagree on
+	// (ipvs_guard_ipvs_drift_*).
+	IPVSDrift *IPVSDriftState
+}
+
+// IPVSDriftState counts the divergences between the IPVS table and the
+// cluster.
+type IPVSDriftState struct {
+	// Findings counts the findings by kind (ipvsdrift.Kinds).
+	Findings map[string]int
+	// GoneBackendConnections counts IPVS connection entries whose real
+	// server is no endpoint of its Service any more.
+	GoneBackendConnections map[ServiceProtocol]int
+}
+
+// ServiceProtocol is a Service ("namespace/name") and a protocol.
+type ServiceProtocol struct {
+	// Service is "namespace/name".
+	Service string
+	// Protocol is TCP, UDP or SCTP.
+	Protocol string
 }
 
 // ModuleState is the state of one required kernel module.
