@@ -18,6 +18,7 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvsdrift"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
@@ -87,7 +88,7 @@ type Cluster struct {
 }
 
 // Build returns the checks in report order: modules, kube-proxy, ipvs,
-// arp-sysctls, arp. The only I/O it does is the one-shot listing of the
+// arp-sysctls, arp, ipvs-dataplane. The only I/O it does is the one-shot listing of the
 // cluster for the arp check (Cluster with Dynamic and no View, no
 // ProbeIPs); when that fails, the arp check reports the error on every run
 // and the other checks are built as usual.
@@ -96,10 +97,33 @@ func Build(ctx context.Context, cfg Config) ([]check.Checker, error) {
 	var b builder
 	b.add(modules.NewChecker(modules.Config{Root: cfg.Root, SchedulerFunc: s.scheduler, Remediate: cfg.Remediate, Loader: cfg.Loader, Distro: s.distro, IPVSUse: s.use.Use}), nil)
 	b.add(kubeproxy.NewChecker(kubeproxy.CheckerConfig{Client: s.kubeProxy, ReadLink: kubeproxy.ReadLink, FallbackVersion: s.kubeProxyVersion, Scheduler: cfg.Scheduler, Distro: s.distro}))
-	b.add(ipvscheck.NewChecker(ipvscheck.Config{IPVS: ipvs.New(cfg.Root), ReadLink: kubeproxy.ReadLink, KubeProxy: s.kubeProxy, Cluster: s.services, NodeName: cfg.NodeName, Scheduler: s.schedulers.Resolve, Distro: s.distro, Settle: cfg.Settle, IPVSUse: s.use.Use}))
+	table := ipvs.New(cfg.Root)
+	b.add(ipvscheck.NewChecker(ipvscheck.Config{IPVS: table, ReadLink: kubeproxy.ReadLink, KubeProxy: s.kubeProxy, Cluster: s.services, NodeName: cfg.NodeName, Scheduler: s.schedulers.Resolve, Distro: s.distro, Settle: cfg.Settle, IPVSUse: s.use.Use}))
 	b.add(arpsysctl.NewChecker(arpsysctl.Config{Root: cfg.Root, Interfaces: s.interfaces, ReadLink: kubeproxy.ReadLink, LoadBalancerIPs: s.lbIPs, KubeProxy: s.kubeProxy, Distro: s.distro, IPVSUse: s.use.Use}))
 	b.add(arpChecker(ctx, cfg))
+	b.add(dataplaneChecker(cfg, s, table))
 	return b.checkers, b.err
+}
+
+// dataplaneChecker builds the ipvs-dataplane check: the IPVS table against
+// the Services and EndpointSlices both ways. In the agent (a View) every
+// EndpointSlice is read at most once per ipvsdrift.FullComparisonPeriod; a
+// one-shot diagnose reads them once.
+func dataplaneChecker(cfg Config, s shared, table ipvs.Interface) (check.Checker, error) {
+	dc := ipvsdrift.Config{IPVS: table, ReadLink: kubeproxy.ReadLink, NodeName: cfg.NodeName, Settle: cfg.Settle, IPVSUse: s.use.Use,
+		ConnPath: ipvs.ProcConnPath}
+	if !cfg.Root.IsHost() {
+		dc.ConnPath = cfg.Root.Path("/proc/net/ip_vs_conn")
+	}
+	if c := cfg.Cluster; c != nil && c.Client != nil {
+		dc.Services = s.services.Services
+		period := time.Duration(0)
+		if c.View != nil {
+			period = ipvsdrift.FullComparisonPeriod
+		}
+		dc.Endpoints = ipvsdrift.NewEndpointReader(c.Client, period)
+	}
+	return ipvsdrift.NewChecker(dc)
 }
 
 // builder collects checkers and the first construction error.

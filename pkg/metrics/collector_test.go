@@ -291,6 +291,7 @@ var stateSamples = map[string]check.State{
 	"KubeProxy": {KubeProxy: &check.KubeProxyState{Mode: "ipvs"}},
 	"IPVSTable": {IPVSTable: &check.IPVSTableState{VirtualServers: 1}},
 	"ARP":       {ARP: &check.ARPState{IP: "192.0.2.1", Family: "ipv4", Interface: "eth0", Result: "answered", Responders: 1}},
+	"IPVSDrift": {IPVSDrift: &check.IPVSDriftState{Findings: map[string]int{"stale-real-server": 1}, GoneBackendConnections: map[check.ServiceProtocol]int{{Service: "kube-system/kube-dns", Protocol: "UDP"}: 2}}},
 }
 
 // TestEveryStateKindIsExposed checks that every kind of state a finding can

@@ -39,6 +39,7 @@ func Describe() ([]Family, error) {
 			sample(check.NameKubeProxy, check.State{KubeProxy: &check.KubeProxyState{Mode: "ipvs", StrictARP: &strict}}),
 			sample(check.NameIPVS, check.State{IPVSTable: &check.IPVSTableState{VirtualServers: 1, WithoutRealServers: &noReal}}),
 			sample(check.NameARP, check.State{ARP: &check.ARPState{IP: "192.0.2.1", Interface: "eth0", Result: "answered", Responders: 1, RTTSeconds: 0.001}}),
+			sample(check.NameIPVSDataplane, check.State{IPVSDrift: &check.IPVSDriftState{Findings: map[string]int{"stale-real-server": 0}, GoneBackendConnections: map[check.ServiceProtocol]int{{Service: "kube-system/kube-dns", Protocol: "UDP"}: 1}}}),
 		},
 		Conditions: []Condition{{Type: "IPVSModulesMissing", Status: "False", Reason: "ModulesLoaded"}},
 		Checks:     []CheckRuns{{Name: check.NameModules, Runs: 1, LastSuccess: time.Unix(1, 0)}},

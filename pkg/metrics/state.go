@@ -20,6 +20,7 @@ type nodeState struct {
 	strictARP      *bool
 	virtualServers *int
 	withoutReal    *int
+	drift          *check.IPVSDriftState
 }
 
 // stateOf merges the typed state the findings of results publish
@@ -58,6 +59,9 @@ func (st *nodeState) add(s check.State) {
 			w := *t.WithoutRealServers
 			st.withoutReal = &w
 		}
+	}
+	if d := s.IPVSDrift; d != nil {
+		st.drift = d
 	}
 }
 
