@@ -107,8 +107,10 @@ func TestCheckerSettlesAndConfirms(t *testing.T) {
 			fake := ipvstest.NewFake(nil)
 			eps := &fakeEndpoints{}
 			c, err := NewChecker(Config{
-				IPVS:      fake,
-				ReadLink:  func(string) (kubeproxy.Link, error) { return kubeproxy.Link{Exists: true, Addrs: addrs("10.96.0.10")}, nil },
+				IPVS: fake,
+				ReadLink: func(string) (kubeproxy.Link, error) {
+					return kubeproxy.Link{Exists: true, Addrs: addrs("10.96.0.10")}, nil
+				},
 				Services:  func(context.Context) ([]*corev1.Service, error) { return []*corev1.Service{dns}, nil },
 				Endpoints: eps,
 				Settle:    &check.Settler{Grace: 30 * time.Second, Clock: clk},
@@ -157,7 +159,9 @@ func TestCheckerSkipsAndReadsConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	dns := svc("dns", "10.96.0.10")
-	link := func(string) (kubeproxy.Link, error) { return kubeproxy.Link{Exists: true, Addrs: addrs("10.96.0.10")}, nil }
+	link := func(string) (kubeproxy.Link, error) {
+		return kubeproxy.Link{Exists: true, Addrs: addrs("10.96.0.10")}, nil
+	}
 	eps := &fakeEndpoints{all: []*discoveryv1.EndpointSlice{slice("dns", 53, corev1.ProtocolUDP, ep{addr: "10.244.0.2", ready: true})}}
 	table := ipvs.Table{vs("10.96.0.10", ipvs.UDP, 53, rs("10.244.0.2:53", 1, 0))}
 	tests := []struct {
