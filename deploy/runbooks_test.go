@@ -35,7 +35,8 @@ func TestEveryAlertLinksAnExistingRunbook(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Reasons KubeProxyIPVSDegraded can be True with (kube-proxy and ipvs checks).
-	degraded := []string{"ProxyModeNotIPVS", "KubeIPVS0Missing", "IPVSModuleNotLoaded", "VirtualServerMissing", "NoRealServers", "SchedulerMismatch", "CheckFailed"}
+	degraded := []string{"ProxyModeNotIPVS", "KubeIPVS0Missing", "IPVSModuleNotLoaded", "VirtualServerMissing", "NoRealServers", "SchedulerMismatch", "CheckFailed",
+		"StaleRealServers", "MissingRealServers", "RealServersStuckAtWeightZero"}
 	n := 0
 	for _, g := range file.Groups {
 		for _, r := range g.Rules {
