@@ -91,8 +91,32 @@ func ParseConnCounts(r io.Reader) (ConnCounts, error) {
 	return out, nil
 }
 
+// connFields splits line at runs of spaces into at most len(f) fields
+// without allocating; it returns how many it found.
+func connFields(line []byte, f *[11][]byte) int {
+	n := 0
+	for i := 0; i < len(line) && n < len(f); {
+		for i < len(line) && (line[i] == ' ' || line[i] == '\t') {
+			i++
+		}
+		if i == len(line) {
+			break
+		}
+		j := i
+		for j < len(line) && line[j] != ' ' && line[j] != '\t' {
+			j++
+		}
+		f[n] = line[i:j]
+		n++
+		i = j
+	}
+	return n
+}
+
 func parseConnLine(line []byte) (ConnKey, bool, error) {
-	f := bytes.Fields(line)
+	var fa [11][]byte
+	n := connFields(line, &fa)
+	f := fa[:n]
 	if len(f) < 8 {
 		return ConnKey{}, false, fmt.Errorf("connection %.80q: want at least 8 fields, got %d", line, len(f))
 	}

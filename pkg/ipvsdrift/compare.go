@@ -195,14 +195,14 @@ func Compare(in Input) []Finding {
 	if npr == (NodePortRange{}) {
 		npr = DefaultNodePortRange
 	}
-	byKey := map[ipvs.Key]svcPort{}
+	byKey := make(map[ipvs.Key]svcPort, len(in.Table))
 	nodePorts := map[protoPort]svcPort{}
-	vips := map[netip.Addr]bool{}
+	vips := make(map[netip.Addr]bool, len(in.LinkAddrs))
 	foreignVIPs := map[netip.Addr]bool{}
 	for _, s := range in.Services {
 		addVirtualServers(s, byKey, nodePorts, vips, foreignVIPs)
 	}
-	onLink := map[netip.Addr]bool{}
+	onLink := make(map[netip.Addr]bool, len(in.LinkAddrs))
 	var out []Finding
 	for _, a := range in.LinkAddrs {
 		onLink[a.Unmap()] = true
@@ -210,7 +210,10 @@ func Compare(in Input) []Finding {
 			out = append(out, Finding{Kind: KindGhostAddress, Address: a.Unmap().String()})
 		}
 	}
-	owned := map[ipvs.Key]svcPort{}
+	var owned map[ipvs.Key]svcPort
+	if in.Conns != nil {
+		owned = make(map[ipvs.Key]svcPort, len(in.Table))
+	}
 	for _, e := range in.Table {
 		k := e.Virtual.Key()
 		sp, ok := byKey[k]
@@ -219,7 +222,9 @@ func Compare(in Input) []Finding {
 		}
 		switch {
 		case ok:
-			owned[k] = sp
+			if owned != nil {
+				owned[k] = sp
+			}
 			out = append(out, compareRealServers(in, e, sp, window)...)
 		case k.FWMark != 0 || foreignVIPs[k.Address]:
 			out = append(out, Finding{Kind: KindForeignVirtualServer, VirtualServer: k.String()})
@@ -315,15 +320,13 @@ func compareRealServers(in Input, e ipvs.Entry, sp svcPort, window time.Duration
 	}
 	k := e.Virtual.Key()
 	b := backendsOf(slices_, sp.name, sp.proto, k.Address.Is4(), sp.local, in.Node)
-	vs := k.String()
+	vs := k.String
 	var out []Finding
-	have := map[netip.AddrPort]bool{}
 	for _, r := range e.Real {
 		ap := netip.AddrPortFrom(r.Address.Unmap(), r.Port)
-		have[ap] = true
 		if r.Weight > 0 {
-			if !b.want[ap] {
-				out = append(out, Finding{Kind: KindStaleRealServer, Service: sp.service, VirtualServer: vs, RealServer: ap.String(), Weight: r.Weight, Problem: true})
+			if !b.wants(ap) {
+				out = append(out, Finding{Kind: KindStaleRealServer, Service: sp.service, VirtualServer: vs(), RealServer: ap.String(), Weight: r.Weight, Problem: true})
 			}
 			continue
 		}
@@ -340,20 +343,29 @@ func compareRealServers(in Input, e ipvs.Entry, sp svcPort, window time.Duration
 		}
 		conns := r.ActiveConn + r.InactiveConn
 		switch {
-		case b.want[ap]:
-			out = append(out, Finding{Kind: KindStuckWeightZero, Service: sp.service, VirtualServer: vs, RealServer: ap.String(), Connections: conns, ZeroForSeconds: secs, Problem: true})
+		case b.wants(ap):
+			out = append(out, Finding{Kind: KindStuckWeightZero, Service: sp.service, VirtualServer: vs(), RealServer: ap.String(), Connections: conns, ZeroForSeconds: secs, Problem: true})
 		case k.Protocol != ipvs.TCP || conns == 0:
-			out = append(out, Finding{Kind: KindWeightZeroLeftover, Service: sp.service, VirtualServer: vs, RealServer: ap.String(), Connections: conns, ZeroForSeconds: secs})
+			out = append(out, Finding{Kind: KindWeightZeroLeftover, Service: sp.service, VirtualServer: vs(), RealServer: ap.String(), Connections: conns, ZeroForSeconds: secs})
 		}
 	}
 	if !b.hinted {
-		for ap := range b.want {
-			if !have[ap] {
-				out = append(out, Finding{Kind: KindMissingRealServer, Service: sp.service, VirtualServer: vs, RealServer: ap.String(), Problem: true})
+		for _, ap := range b.want {
+			if !hasReal(e.Real, ap) {
+				out = append(out, Finding{Kind: KindMissingRealServer, Service: sp.service, VirtualServer: vs(), RealServer: ap.String(), Problem: true})
 			}
 		}
 	}
 	return out
+}
+
+func hasReal(real []ipvs.RealServer, ap netip.AddrPort) bool {
+	for _, r := range real {
+		if r.Port == ap.Port() && r.Address.Unmap() == ap.Addr() {
+			return true
+		}
+	}
+	return false
 }
 
 // goneBackends counts the connection entries of kube-proxy's virtual
@@ -365,7 +377,6 @@ func goneBackends(in Input, owned map[ipvs.Key]svcPort) []Finding {
 		dst netip.AddrPort
 	}
 	counts := map[gone]int{}
-	known := map[ipvs.Key]map[netip.AddrPort]bool{}
 	for ck, n := range in.Conns {
 		sp, ok := owned[ck.Virtual]
 		if !ok {
@@ -375,13 +386,8 @@ func goneBackends(in Input, owned map[ipvs.Key]svcPort) []Finding {
 		if !read {
 			continue
 		}
-		kn, ok := known[ck.Virtual]
-		if !ok {
-			kn = backendsOf(slices_, sp.name, sp.proto, ck.Virtual.Address.Is4(), false, in.Node).known
-			known[ck.Virtual] = kn
-		}
 		dst := netip.AddrPortFrom(ck.Real.Addr().Unmap(), ck.Real.Port())
-		if !kn[dst] {
+		if !isEndpoint(slices_, sp.name, sp.proto, dst) {
 			counts[gone{sp, ck.Virtual, dst}] += n
 		}
 	}

@@ -4,6 +4,7 @@ package ipvsdrift
 
 import (
 	"net/netip"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -124,24 +125,25 @@ func (se ServiceEndpoints) Set(service string) {
 
 // backends are the real servers kube-proxy programs for one Service port
 // on this node, and every address:port that is still an endpoint at all.
+// Slices, not maps: a Service port has a handful of endpoints, and the
+// comparison builds these for every virtual server on every resync.
 type backends struct {
 	// want are the real servers kube-proxy should program (weight 1).
-	want map[netip.AddrPort]bool
-	// known are every endpoint of the port, ready or not: a connection to
-	// one of them is not to a gone backend.
-	known map[netip.AddrPort]bool
+	want []netip.AddrPort
 	// hinted: some endpoint has topology hints (missing is not judged).
 	hinted bool
 }
+
+func (b backends) wants(ap netip.AddrPort) bool { return slices.Contains(b.want, ap) }
 
 // backendsOf returns the real servers kube-proxy 1.37 programs for the
 // Service port (name, proto) of family v4: the ready endpoints (only this
 // node's when local); when there is none, the serving terminating ones
 // (kube-proxy's ProxyTerminatingEndpoints, GA).
-func backendsOf(slices []Slice, name string, proto corev1.Protocol, v4, local bool, node string) backends {
-	b := backends{want: map[netip.AddrPort]bool{}, known: map[netip.AddrPort]bool{}}
-	terminating := map[netip.AddrPort]bool{}
-	for _, s := range slices {
+func backendsOf(sl []Slice, name string, proto corev1.Protocol, v4, local bool, node string) backends {
+	var b backends
+	var terminating []netip.AddrPort
+	for _, s := range sl {
 		for _, p := range s.Ports {
 			if p.Name != name || p.Protocol != proto {
 				continue
@@ -151,16 +153,19 @@ func backendsOf(slices []Slice, name string, proto corev1.Protocol, v4, local bo
 					continue
 				}
 				ap := netip.AddrPortFrom(e.Addr, p.Port)
-				b.known[ap] = true
 				b.hinted = b.hinted || e.Hinted
 				if local && e.Node != node {
 					continue
 				}
 				switch {
 				case e.Ready:
-					b.want[ap] = true
+					if !b.wants(ap) {
+						b.want = append(b.want, ap)
+					}
 				case e.Serving && e.Terminating:
-					terminating[ap] = true
+					if !slices.Contains(terminating, ap) {
+						terminating = append(terminating, ap)
+					}
 				}
 			}
 		}
@@ -169,4 +174,22 @@ func backendsOf(slices []Slice, name string, proto corev1.Protocol, v4, local bo
 		b.want = terminating
 	}
 	return b
+}
+
+// isEndpoint reports whether ap is an endpoint of the Service port (name,
+// proto), ready or not: a connection to one is not to a gone backend.
+func isEndpoint(sl []Slice, name string, proto corev1.Protocol, ap netip.AddrPort) bool {
+	for _, s := range sl {
+		for _, p := range s.Ports {
+			if p.Name != name || p.Protocol != proto || p.Port != ap.Port() {
+				continue
+			}
+			for _, e := range s.Endpoints {
+				if e.Addr == ap.Addr() {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
