@@ -174,7 +174,18 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 			logger.Info("Cannot read the IPVS connection table; connections are not judged", "err", err)
 		}
 	}
-	found := Compare(in)
+	found, unread := compare(in)
+	if len(unread) > 0 && c.cfg.Settle != nil {
+		// Services created since the full read: read them now, once each
+		// (the answer stands until the next full read).
+		if got, err := c.cfg.Endpoints.Of(ctx, unread); err != nil {
+			logger.Info("Cannot read the EndpointSlices of Services created since the full read; not judging them yet", "services", len(unread), "err", err)
+		} else {
+			maps.Copy(c.fresh, got)
+			in.Endpoints = overlay(in.Endpoints, got)
+			found = Compare(in)
+		}
+	}
 	found = c.settled(found)
 	if c.cfg.Settle != nil && in.Endpoints != nil {
 		found = c.confirm(ctx, logger, in, found, now)

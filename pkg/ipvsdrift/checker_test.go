@@ -51,7 +51,8 @@ type step struct {
 	name      string
 	advance   time.Duration
 	table     ipvs.Table
-	fullRead  bool // the full read is redone (new read time) with the current endpoints
+	fullRead  bool                         // the full read is redone (new read time) with the current endpoints
+	created   []*discoveryv1.EndpointSlice // endpoints set after the full read
 	endpoints []*discoveryv1.EndpointSlice
 	wantStat  check.Status
 	wantRsn   string
@@ -92,6 +93,14 @@ func TestCheckerSettlesAndConfirms(t *testing.T) {
 			},
 		},
 		{
+			name: "a Service created since the full read is read once, then judged",
+			steps: []step{
+				{name: "full read before it: read once", table: staleT, fullRead: true, created: two, wantStat: check.StatusOK, wantOf: 1},
+				{name: "next run: no read", advance: 10 * time.Second, table: staleT, wantStat: check.StatusOK, wantOf: 1},
+				{name: "settled: confirmed", advance: 21 * time.Second, table: staleT, wantStat: check.StatusProblem, wantKinds: []string{KindStaleRealServer}, wantOf: 2},
+			},
+		},
+		{
 			name: "a UDP real server left at weight 0: advisory after the window, never a problem",
 			steps: []step{
 				{name: "weight 0 appears", table: zeroT, endpoints: two, fullRead: true, wantStat: check.StatusOK},
@@ -128,6 +137,9 @@ func TestCheckerSettlesAndConfirms(t *testing.T) {
 				}
 				if s.fullRead {
 					eps.all, eps.allAt = eps.now, clk.Now()
+				}
+				if s.created != nil {
+					eps.now = s.created
 				}
 				res, err := c.Run(context.Background())
 				if err != nil {

@@ -5,6 +5,7 @@ package ipvsdrift
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -190,6 +191,14 @@ type protoPort struct {
 // Compare returns every divergence between in.Table and the cluster, sorted
 // by kind (Kinds' order), Service, virtual server, real server.
 func Compare(in Input) []Finding {
+	out, _ := compare(in)
+	return out
+}
+
+// compare is Compare that also returns the Services ("namespace/name")
+// with a virtual server in the table whose endpoints in.Endpoints lacks
+// (created since the full read), sorted, when in.Endpoints is set.
+func compare(in Input) ([]Finding, []string) {
 	window := cmp.Or(in.Window, GracefulTerminationWindow)
 	npr := in.NodePorts
 	if npr == (NodePortRange{}) {
@@ -203,6 +212,7 @@ func Compare(in Input) []Finding {
 		addVirtualServers(s, byKey, nodePorts, vips, foreignVIPs)
 	}
 	onLink := make(map[netip.Addr]bool, len(in.LinkAddrs))
+	unread := map[string]bool{}
 	var out []Finding
 	for _, a := range in.LinkAddrs {
 		onLink[a.Unmap()] = true
@@ -225,6 +235,9 @@ func Compare(in Input) []Finding {
 			if owned != nil {
 				owned[k] = sp
 			}
+			if _, read := in.Endpoints[sp.service]; !read && in.Endpoints != nil {
+				unread[sp.service] = true
+			}
 			out = append(out, compareRealServers(in, e, sp, window)...)
 		case k.FWMark != 0 || foreignVIPs[k.Address]:
 			out = append(out, Finding{Kind: KindForeignVirtualServer, VirtualServer: k.String()})
@@ -238,7 +251,7 @@ func Compare(in Input) []Finding {
 		out = append(out, goneBackends(in, owned)...)
 	}
 	sortFindings(out)
-	return out
+	return out, slices.Sorted(maps.Keys(unread))
 }
 
 // addVirtualServers records the virtual servers kube-proxy programs for s.
