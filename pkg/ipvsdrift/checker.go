@@ -67,7 +67,8 @@ type Config struct {
 	NodeName string
 	// NodePorts is the API server's NodePort range (zero: the default).
 	NodePorts NodePortRange
-	// Settle holds a finding back until it persisted; with it, every
+	// Settle gives the settle grace (the checker keeps its own Settler with
+	// its Grace and Clock); with it, every
 	// real-server finding is also confirmed against a fresh read of its
 	// Service's EndpointSlices. Nil reports at once (diagnose, whose read
 	// is fresh).
@@ -110,6 +111,12 @@ func NewChecker(cfg Config) (*Checker, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Settle != nil {
+		// A Settler forgets the keys a call does not pass: shared with the
+		// ipvs check (checkset passes one to both), each would forget the
+		// other's findings on every run and nothing would ever settle.
+		cfg.Settle = &check.Settler{Grace: cfg.Settle.Grace, Clock: cfg.Settle.Clock}
 	}
 	return &Checker{cfg: cfg, zeroSince: map[zeroKey]time.Time{}, fresh: ServiceEndpoints{}, confirmedAt: map[string]time.Time{}}, nil
 }

@@ -115,6 +115,9 @@ func TestCheckerSettlesAndConfirms(t *testing.T) {
 			clk := testclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 			fake := ipvstest.NewFake(nil)
 			eps := &fakeEndpoints{}
+			// One Settler for this check and another (the ipvs check), as
+			// checkset builds them.
+			shared := &check.Settler{Grace: 30 * time.Second, Clock: clk}
 			c, err := NewChecker(Config{
 				IPVS: fake,
 				ReadLink: func(string) (kubeproxy.Link, error) {
@@ -122,7 +125,7 @@ func TestCheckerSettlesAndConfirms(t *testing.T) {
 				},
 				Services:  func(context.Context) ([]*corev1.Service, error) { return []*corev1.Service{dns}, nil },
 				Endpoints: eps,
-				Settle:    &check.Settler{Grace: 30 * time.Second, Clock: clk},
+				Settle:    shared,
 				Clock:     clk,
 			})
 			if err != nil {
@@ -145,6 +148,7 @@ func TestCheckerSettlesAndConfirms(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: %v", s.name, err)
 				}
+				shared.Settled([]string{"the ipvs check's own finding"})
 				var kinds []string
 				for _, f := range res.Findings[1:] {
 					kinds = append(kinds, f.(Finding).Kind)
