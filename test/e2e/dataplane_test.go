@@ -91,6 +91,16 @@ func (e *e2e) scenarioStaleAndMissingRealServers() {
 func (e *e2e) scenarioGhostVirtualServer() {
 	t, ctx := e.t, e.ctx
 	e.begin("9. A Service deleted while kube-proxy is stopped: a ghost virtual server and address")
+	// Whatever kube-proxy had left behind is gone once it has resynced.
+	e.pollFor(dataplaneWait, "no ghost before the fault", func() (bool, string) {
+		mfs, err := scrape(ctx, e.metrics)
+		if err != nil {
+			return false, err.Error()
+		}
+		vs, _ := sample(mfs, "ipvs_guard_ipvs_drift_findings", map[string]string{"kind": "ghost-virtual-server"})
+		addr, _ := sample(mfs, "ipvs_guard_ipvs_drift_findings", map[string]string{"kind": "ghost-address"})
+		return vs == 0 && addr == 0, fmt.Sprintf("ghost-virtual-server %v, ghost-address %v", vs, addr)
+	})
 	e.g.run(ctx, t, `kill -STOP $(pidof kube-proxy)`)
 	if err := deleteService(ctx, e.cs, "default", "dp"); err != nil {
 		t.Fatal(err)
