@@ -97,13 +97,21 @@ func Build(ctx context.Context, cfg Config) ([]check.Checker, error) {
 	var b builder
 	b.add(modules.NewChecker(modules.Config{Root: cfg.Root, SchedulerFunc: s.scheduler, Remediate: cfg.Remediate, Loader: cfg.Loader, Distro: s.distro, IPVSUse: s.use.Use}), nil)
 	b.add(kubeproxy.NewChecker(kubeproxy.CheckerConfig{Client: s.kubeProxy, ReadLink: kubeproxy.ReadLink, FallbackVersion: s.kubeProxyVersion, Scheduler: cfg.Scheduler, Distro: s.distro}))
-	table := ipvs.New(cfg.Root)
+	// The ipvs-dataplane check uses the table the ipvs check just read
+	// (the dump is most of a resync's CPU at 10,000 virtual servers).
+	table := ipvs.NewRecent(ipvs.New(cfg.Root))
 	b.add(ipvscheck.NewChecker(ipvscheck.Config{IPVS: table, ReadLink: kubeproxy.ReadLink, KubeProxy: s.kubeProxy, Cluster: s.services, NodeName: cfg.NodeName, Scheduler: s.schedulers.Resolve, Distro: s.distro, Settle: cfg.Settle, IPVSUse: s.use.Use}))
 	b.add(arpsysctl.NewChecker(arpsysctl.Config{Root: cfg.Root, Interfaces: s.interfaces, ReadLink: kubeproxy.ReadLink, LoadBalancerIPs: s.lbIPs, KubeProxy: s.kubeProxy, Distro: s.distro, IPVSUse: s.use.Use}))
 	b.add(arpChecker(ctx, cfg))
-	b.add(dataplaneChecker(cfg, s, table))
+	b.add(dataplaneChecker(cfg, s, table.Within(dataplaneTableAge)))
 	return b.checkers, b.err
 }
+
+// dataplaneTableAge is how old a table the ipvs check read may be for the
+// ipvs-dataplane check to use it instead of reading its own: both run on
+// every resync, within moments of each other, and the dataplane check's
+// findings settle for 30 s anyway.
+const dataplaneTableAge = 5 * time.Second
 
 // dataplaneChecker builds the ipvs-dataplane check: the IPVS table against
 // the Services and EndpointSlices both ways. In the agent (a View) every
