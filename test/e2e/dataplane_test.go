@@ -49,7 +49,7 @@ func (e *e2e) scenarioStaleAndMissingRealServers() {
 	if err := createService(ctx, e.cs, "default", dp); err != nil {
 		t.Fatal(err)
 	}
-	e.waitGuest(time.Minute, `kp_table_has `+dpClusterIP+` && ipvsadm -Ln -t `+dpClusterIP+`:80 | grep -qF `+dpEndpoint+`:8080`)
+	e.waitGuest(3*time.Minute, `kp_table_has `+dpClusterIP+` && ipvsadm -Ln -t `+dpClusterIP+`:80 | grep -qF `+dpEndpoint+`:8080`)
 	e.tl.say("created default/dp %s:80 → %s:8080; kube-proxy programmed it", dpClusterIP, dpEndpoint)
 	e.g.run(ctx, t, `kill -STOP $(pidof kube-proxy) && ipvsadm -a -t `+dpClusterIP+`:80 -r `+dpForeignRS+`:8080 -m -w 1 && ipvsadm -d -t `+dpClusterIP+`:80 -r `+dpEndpoint+`:8080`)
 	faultAt := time.Now()
@@ -161,7 +161,7 @@ func (e *e2e) scenarioUDPToGoneBackend() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.waitGuest(time.Minute, `ipvsadm -Ln -u `+dnsClusterIP+`:53 | grep -qF `+dnsEndpoint+`:53`)
+	e.waitGuest(3*time.Minute, `ipvsadm -Ln -u `+dnsClusterIP+`:53 | grep -qF `+dnsEndpoint+`:53`)
 	e.g.run(ctx, t, `timeout 3 nslookup example.invalid `+dnsClusterIP+` >/dev/null 2>&1; true`)
 	conns := e.g.run(ctx, t, `ipvsadm -Lnc | grep -F "`+dnsClusterIP+`:53" | grep -F "`+dnsEndpoint+`:53"`)
 	if strings.TrimSpace(conns) == "" {
@@ -174,7 +174,7 @@ func (e *e2e) scenarioUDPToGoneBackend() {
 		t.Fatal(err)
 	}
 	faultAt := time.Now()
-	e.waitGuest(time.Minute, `! ipvsadm -Ln -u `+dnsClusterIP+`:53 | grep -qF `+dnsEndpoint+`:53`)
+	e.waitGuest(3*time.Minute, `! ipvsadm -Ln -u `+dnsClusterIP+`:53 | grep -qF `+dnsEndpoint+`:53`)
 	e.tl.say("endpoint %s replaced by %s: kube-proxy deleted the UDP real server at once", dnsEndpoint, dnsEndpoint2)
 	var got float64
 	e.pollFor(dataplaneWait, "ipvs_guard_ipvs_gone_backend_connections{service=default/dns,protocol=UDP} > 0", func() (bool, string) {
