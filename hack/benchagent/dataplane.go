@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
-	goruntime "runtime"
 	"net/http"
+	goruntime "runtime"
 	"sync/atomic"
 	"time"
 
