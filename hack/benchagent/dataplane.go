@@ -82,7 +82,7 @@ func reportFullComparison(ctx context.Context, cfg *rest.Config, churnPerSecond 
 	fullPerHour := 12 * reqs
 	confirmPerHour := 60 + math.Ceil(ePrime/50)
 	fmt.Printf("\nipvs-dataplane full comparison (each agent with an IPVS table, every %s; these host trees have none):\n", ipvsdrift.FullComparisonPeriod)
-	fmt.Printf("  one full read: %d Services' EndpointSlices in %.0f LIST request(s), %.0f KiB, %s\n", len(all), reqs, float64(ct.bytes.Load())/1024, took.Round(time.Millisecond))
+	fmt.Printf("  one full read (pages of %d): %d Services' EndpointSlices in %.0f LIST request(s), %.0f KiB, %s\n", ipvsdrift.PageSize, len(all), reqs, float64(ct.bytes.Load())/1024, took.Round(time.Millisecond))
 	fmt.Printf("  agent memory for it: %.1f MiB allocated by the read (transient: the decoded list), %.1f MiB kept (the summary)\n",
 		float64(m1.TotalAlloc-m0.TotalAlloc)/(1<<20), kept)
 	fmt.Printf("  per agent per hour: full reads %.0f + confirming re-reads <= 60 + E'/50 = %.0f (E' = %.0f endpoint changes/h at this churn) => <= %.0f reads\n",

@@ -34,8 +34,8 @@ type Reads struct {
 }
 
 // EndpointReader reads EndpointSlices for the comparison: every proxied one
-// at most once per Period (a paged LIST across namespaces with kube-proxy's
-// label selector, served from the API server's watch cache), and the slices
+// at most once per Period (LISTs of PageSize across namespaces with
+// kube-proxy's label selector, served from the API server's watch cache), and the slices
 // of named Services when a finding needs confirming (50 names a LIST). It
 // keeps a summary of each slice, never the objects. Safe for concurrent
 // use.
@@ -104,12 +104,16 @@ func (r *EndpointReader) Of(ctx context.Context, services []string) (ServiceEndp
 	return out, nil
 }
 
-// listAll reads every proxied EndpointSlice in pages of PageSize. The first
-// page asks for resourceVersion "0" (any version the API server's watch
-// cache holds: no etcd read); the following ones carry the continue token.
+// listAll reads every proxied EndpointSlice in pages of PageSize: a
+// consistent read, which kube-apiserver serves from its watch cache, page by
+// page (consistent reads from the cache: beta from 1.31, on by default).
+// resourceVersion "0" is served from the cache too, but kube-apiserver 1.37
+// ignores the limit then and answers with every slice at once: 19 MiB
+// allocated by the agent for 5,000 Services, against its 50 MiB budget,
+// where a page of 500 costs about 2 MiB (docs/scale.md).
 func listAll(ctx context.Context, cs kube.Interface) (ServiceEndpoints, int, error) {
 	out := ServiceEndpoints{}
-	opts := metav1.ListOptions{LabelSelector: ipvscheck.ProxiedEndpointSlices, Limit: PageSize, ResourceVersion: "0"}
+	opts := metav1.ListOptions{LabelSelector: ipvscheck.ProxiedEndpointSlices, Limit: PageSize}
 	pages := 0
 	for {
 		l, err := cs.EndpointSlices(metav1.NamespaceAll).List(ctx, opts)
