@@ -36,7 +36,7 @@ func TestEveryAlertLinksAnExistingRunbook(t *testing.T) {
 	}
 	// Reasons KubeProxyIPVSDegraded can be True with (kube-proxy and ipvs checks).
 	degraded := []string{"ProxyModeNotIPVS", "KubeIPVS0Missing", "IPVSModuleNotLoaded", "VirtualServerMissing", "NoRealServers", "SchedulerMismatch", "CheckFailed"}
-	degraded = append(degraded, "KubeProxySyncStale")
+	degraded = append(degraded, "KubeProxySyncStale", "StaleRealServers", "MissingRealServers", "RealServersStuckAtWeightZero")
 	// Advisories the ipvs-sysctls alert can carry (pkg/ipvssysctl).
 	advisories := []string{"IPVSConnReuseDelay", "IPVSConnReuseStickyBackend", "IPVSExpireNodestConnOff", "IPVSExpireQuiescentTemplateOff", "IPVSConntrackOff", "IPVSTCPTimeoutBelowKeepalive"}
 	n := 0

@@ -173,6 +173,9 @@ func runScale(o scaleOptions) (err error) {
 		return fmt.Errorf("after the churn window: %w", err)
 	}
 	fmt.Printf("churn achieved in the window with agents: %.2f Services/s (each: one created, one deleted, one EndpointSlice scaled)\n", float64(ch.done.Load()-churn0)/time.Since(churnT0).Seconds())
+	if err := reportFullComparison(ctx, s.AdminConfig(), o.churnPerSecond); err != nil {
+		return err
+	}
 	return report(o, base, with)
 }
 

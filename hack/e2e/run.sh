@@ -93,14 +93,14 @@ say "booting the guest node (Debian kernel $GUEST_KVER under QEMU; console log $
 # Its own session, so that it can be stopped as a whole if the test dies.
 setsid bin/guestctl run -name e2e -dir "$run" -manifest hack/e2e/guest.manifest -main hack/e2e/guest-main.sh \
 	-file "$KUBE_PROXY:/usr/local/bin/kube-proxy" -file hack/e2e/e2e-lib.sh:/guest/e2e-lib.sh:0644 \
-	-net -hostfwd "$fwd" -quiet -memory "${GUEST_MEMORY:-1536M}" -timeout "${GUEST_TIMEOUT:-1200}s" 2>"$run/boot.log" &
+	-net -hostfwd "$fwd" -quiet -memory "${GUEST_MEMORY:-1536M}" -timeout "${GUEST_TIMEOUT:-1800}s" 2>"$run/boot.log" &
 guest_pid=$!
 
 # Compiled while the guest boots.
 go test -c -tags e2e -o "$run/e2e.test" ./test/e2e
 log "e2e: test compiled after $((SECONDS - start))s"
 
-test_args=(-test.run '^TestE2E$' -test.timeout 20m -test.count=1)
+test_args=(-test.run '^TestE2E$' -test.timeout 30m -test.count=1)
 [ "$demo" = 1 ] || test_args+=(-test.v)
 rc=0
 (cd test/e2e && E2E_GUEST_URL="http://127.0.0.1:$ctl_port" E2E_METRICS_URL="http://127.0.0.1:$metrics_port/metrics" \

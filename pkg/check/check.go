@@ -32,6 +32,8 @@ const (
 	NameIPVS       = "ipvs"
 	NameARPSysctls = "arp-sysctls"
 	NameARP        = "arp"
+	// NameIPVSDataplane compares the IPVS table with the cluster both ways.
+	NameIPVSDataplane = "ipvs-dataplane"
 	// NameNFTablesReadiness is the advisory readiness report for kube-proxy's
 	// nftables mode (diagnose --target-mode nftables; the agent's metrics).
 	// It feeds no Node condition.

@@ -42,6 +42,9 @@ type State struct {
 	Readiness *ReadinessState
 	// Leftover is one thing IPVS mode left behind (ipvs_guard_ipvs_leftovers).
 	Leftover *LeftoverState
+	// IPVSDrift counts what the IPVS table and the cluster disagree on
+	// (ipvs_guard_ipvs_drift_*).
+	IPVSDrift *IPVSDriftState
 }
 
 // KubeProxySyncState is kube-proxy's sync freshness for one IP family.
@@ -96,6 +99,24 @@ type ReadinessState struct {
 type LeftoverState struct {
 	// Kind is kube-ipvs0, virtual-server, ipset, sysctl or modules-load-file.
 	Kind string
+}
+
+// IPVSDriftState counts the divergences between the IPVS table and the
+// cluster.
+type IPVSDriftState struct {
+	// Findings counts the findings by kind (ipvsdrift.Kinds).
+	Findings map[string]int
+	// GoneBackendConnections counts IPVS connection entries whose real
+	// server is no endpoint of its Service any more.
+	GoneBackendConnections map[ServiceProtocol]int
+}
+
+// ServiceProtocol is a Service ("namespace/name") and a protocol.
+type ServiceProtocol struct {
+	// Service is "namespace/name".
+	Service string
+	// Protocol is TCP, UDP or SCTP.
+	Protocol string
 }
 
 // ModuleState is the state of one required kernel module.

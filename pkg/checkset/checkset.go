@@ -19,6 +19,7 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvsdrift"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvssysctl"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
@@ -113,8 +114,8 @@ type Cluster struct {
 }
 
 // Build returns the checks in report order: modules, kube-proxy, ipvs,
-// arp-sysctls, arp, then the advisory checks ipvs-sysctls, conntrack,
-// ipvs-leftovers, and nftables-readiness when TargetMode or
+// arp-sysctls, arp, ipvs-dataplane, then the advisory checks ipvs-sysctls,
+// conntrack, ipvs-leftovers, and nftables-readiness when TargetMode or
 // ReadinessInterval asks for it. The only I/O it does is the one-shot listing of the
 // cluster for the arp check (Cluster with Dynamic and no View, no
 // ProbeIPs); when that fails, the arp check reports the error on every run
@@ -130,9 +131,13 @@ func Build(ctx context.Context, cfg Config) ([]check.Checker, error) {
 	var b builder
 	b.add(modules.NewChecker(modules.Config{Root: cfg.Root, SchedulerFunc: s.scheduler, Remediate: cfg.Remediate, Loader: cfg.Loader, Distro: s.distro, IPVSUse: s.use.Use}), nil)
 	b.add(kubeproxy.NewChecker(kubeproxy.CheckerConfig{Client: s.kubeProxy, ReadLink: kubeproxy.ReadLink, FallbackVersion: s.kubeProxyVersion, Scheduler: cfg.Scheduler, Distro: s.distro}))
-	b.add(ipvscheck.NewChecker(ipvscheck.Config{IPVS: table, ReadLink: kubeproxy.ReadLink, KubeProxy: s.kubeProxy, Cluster: s.services, NodeName: cfg.NodeName, Scheduler: s.schedulers.Resolve, Distro: s.distro, Settle: cfg.Settle, IPVSUse: s.use.Use}))
+	// The ipvs-dataplane check uses the table the ipvs check just read
+	// (the dump is most of a resync's CPU at 10,000 virtual servers).
+	recent := ipvs.NewRecent(table)
+	b.add(ipvscheck.NewChecker(ipvscheck.Config{IPVS: recent, ReadLink: kubeproxy.ReadLink, KubeProxy: s.kubeProxy, Cluster: s.services, NodeName: cfg.NodeName, Scheduler: s.schedulers.Resolve, Distro: s.distro, Settle: cfg.Settle, IPVSUse: s.use.Use}))
 	b.add(arpsysctl.NewChecker(arpsysctl.Config{Root: cfg.Root, Interfaces: s.interfaces, ReadLink: kubeproxy.ReadLink, LoadBalancerIPs: s.lbIPs, KubeProxy: s.kubeProxy, Distro: s.distro, IPVSUse: s.use.Use}))
 	b.add(arpChecker(ctx, cfg))
+	b.add(dataplaneChecker(cfg, s, recent.Within(dataplaneTableAge)))
 	// The advisory checks (docs/design.md §3b): no Node condition.
 	b.add(ipvssysctl.NewChecker(ipvssysctl.Config{Root: cfg.Root, Timeouts: ipvs.New(cfg.Root), IPVSUse: s.use.Use}), nil)
 	b.add(ipvssysctl.NewConntrackChecker(cfg.Root), nil)
@@ -162,6 +167,33 @@ func Build(ctx context.Context, cfg Config) ([]check.Checker, error) {
 		b.add(c, nil)
 	}
 	return b.checkers, b.err
+}
+
+// dataplaneTableAge is how old a table the ipvs check read may be for the
+// ipvs-dataplane check to use it instead of reading its own: both run on
+// every resync, within moments of each other, and the dataplane check's
+// findings settle for 30 s anyway.
+const dataplaneTableAge = 5 * time.Second
+
+// dataplaneChecker builds the ipvs-dataplane check: the IPVS table against
+// the Services and EndpointSlices both ways. In the agent (a View) every
+// EndpointSlice is read at most once per ipvsdrift.FullComparisonPeriod; a
+// one-shot diagnose reads them once.
+func dataplaneChecker(cfg Config, s shared, table ipvs.Interface) (check.Checker, error) {
+	dc := ipvsdrift.Config{IPVS: table, ReadLink: kubeproxy.ReadLink, NodeName: cfg.NodeName, Settle: cfg.Settle, IPVSUse: s.use.Use,
+		ConnPath: ipvs.ProcConnPath}
+	if !cfg.Root.IsHost() {
+		dc.ConnPath = cfg.Root.Path("/proc/net/ip_vs_conn")
+	}
+	if c := cfg.Cluster; c != nil && c.Client != nil {
+		dc.Services = s.services.Services
+		period := time.Duration(0)
+		if c.View != nil {
+			period = ipvsdrift.FullComparisonPeriod
+		}
+		dc.Endpoints = ipvsdrift.NewEndpointReader(c.Client, period)
+	}
+	return ipvsdrift.NewChecker(dc)
 }
 
 // builder collects checkers and the first construction error.

@@ -93,6 +93,8 @@ type Collector struct {
 	reconcileErrors       *prometheus.Desc
 	reconcileLastSuccess  *prometheus.Desc
 	reconcileLastDuration *prometheus.Desc
+	ipvsDriftFindings     *prometheus.Desc
+	ipvsGoneConnections   *prometheus.Desc
 
 	dataPlane dataPlaneDescs
 }
@@ -259,6 +261,12 @@ func newCollector(snapshot func() Snapshot, info version.Info) *Collector {
 		reconcileLastDuration: d("reconcile", "last_duration_seconds",
 			"Duration of the latest check run, including any remediation, by check.",
 			"check"),
+		ipvsDriftFindings: d("ipvs", "drift_findings",
+			"Divergences between the IPVS table and the cluster after the settle grace, by kind: stale-real-server, missing-real-server, stuck-weight-zero (these make KubeProxyIPVSDegraded True), ghost-virtual-server, ghost-address, weight-zero-leftover, connections-to-gone-backend, foreign-virtual-server (advisories).",
+			"kind"),
+		ipvsGoneConnections: d("ipvs", "gone_backend_connections",
+			"IPVS connection entries of a Service's virtual servers whose real server is no endpoint of the Service any more, by Service (namespace/name) and protocol.",
+			"service", "protocol"),
 	}
 }
 
@@ -271,6 +279,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.arpProbeResult, c.arpResponders, c.arpProbeRTT, c.arpAnnouncerChanges, c.arpNoReplyCause, c.lbIPConflict,
 		c.nftablesReady, c.nftablesFindings, c.ipvsLeftovers,
 		c.reconcileTotal, c.reconcileErrors, c.reconcileLastSuccess, c.reconcileLastDuration,
+		c.ipvsDriftFindings, c.ipvsGoneConnections,
 	} {
 		ch <- d
 	}
@@ -372,6 +381,24 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	})
 	for _, k := range conflicts {
 		gauge(c.lbIPConflict, 1, k.IP, k.Kind, k.Owner, k.Other)
+	}
+	if d := st.drift; d != nil {
+		for _, kind := range sortedKeys(d.Findings) {
+			gauge(c.ipvsDriftFindings, float64(d.Findings[kind]), kind)
+		}
+		gone := make([]check.ServiceProtocol, 0, len(d.GoneBackendConnections))
+		for k := range d.GoneBackendConnections {
+			gone = append(gone, k)
+		}
+		sort.Slice(gone, func(i, j int) bool {
+			if gone[i].Service != gone[j].Service {
+				return gone[i].Service < gone[j].Service
+			}
+			return gone[i].Protocol < gone[j].Protocol
+		})
+		for _, k := range gone {
+			gauge(c.ipvsGoneConnections, float64(d.GoneBackendConnections[k]), k.Service, k.Protocol)
+		}
 	}
 }
 

@@ -335,6 +335,7 @@ var stateSamples = map[string]check.State{
 	"Readiness":     {Readiness: &check.ReadinessState{Kind: "scheduler", Severity: "change"}},
 	"Leftover":      {Leftover: &check.LeftoverState{Kind: "kube-ipvs0"}},
 	"LBIPConflict":  {LBIPConflict: &check.LBIPConflictState{IP: "192.0.2.1", Kind: "service", Owner: "default/a", Other: "default/b"}},
+	"IPVSDrift":     {IPVSDrift: &check.IPVSDriftState{Findings: map[string]int{"stale-real-server": 1}, GoneBackendConnections: map[check.ServiceProtocol]int{{Service: "kube-system/kube-dns", Protocol: "UDP"}: 2}}},
 }
 
 // TestEveryStateKindIsExposed checks that every kind of state a finding can

@@ -53,6 +53,7 @@ func Describe() ([]Family, error) {
 			sample(check.NameConntrack, check.State{Conntrack: &check.ConntrackState{Entries: 10, Max: 100}}),
 			sample(check.NameNFTablesReadiness, check.State{Readiness: &check.ReadinessState{Kind: "scheduler", Severity: "change"}}),
 			sample(check.NameIPVSLeftovers, check.State{Leftover: &check.LeftoverState{Kind: "kube-ipvs0"}}),
+			sample(check.NameIPVSDataplane, check.State{IPVSDrift: &check.IPVSDriftState{Findings: map[string]int{"stale-real-server": 0}, GoneBackendConnections: map[check.ServiceProtocol]int{{Service: "kube-system/kube-dns", Protocol: "UDP"}: 1}}}),
 		},
 		Conditions: []Condition{{Type: "IPVSModulesMissing", Status: "False", Reason: "ModulesLoaded"}},
 		Checks:     []CheckRuns{{Name: check.NameModules, Runs: 1, LastSuccess: time.Unix(1, 0)}},

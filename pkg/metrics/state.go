@@ -28,6 +28,7 @@ type nodeState struct {
 	conntrack  *check.ConntrackState
 	readiness  map[[2]string]int // kind, severity → findings
 	leftovers  map[string]int    // kind → leftovers
+	drift      *check.IPVSDriftState
 }
 
 // stateOf merges the typed state the findings of results publish
@@ -78,6 +79,9 @@ func (st *nodeState) add(s check.State) {
 			w := *t.WithoutRealServers
 			st.withoutReal = &w
 		}
+	}
+	if d := s.IPVSDrift; d != nil {
+		st.drift = d
 	}
 }
 

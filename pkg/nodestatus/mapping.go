@@ -35,7 +35,7 @@ func ChecksFor(t ConditionType) []string {
 	case IPVSModulesMissing:
 		return []string{check.NameModules}
 	case KubeProxyIPVSDegraded:
-		return []string{check.NameKubeProxy, check.NameIPVS}
+		return []string{check.NameKubeProxy, check.NameIPVS, check.NameIPVSDataplane}
 	case StrictARPDisabled:
 		return []string{check.NameARPSysctls}
 	case LoadBalancerARPFailing:
@@ -76,10 +76,12 @@ func Conditions(results []check.Result, enabled []string) []Condition {
 	var out []Condition
 	for _, t := range AllConditionTypes() {
 		var rs []*check.Result
+		var names []string
 		for _, name := range ChecksFor(t) {
 			if !on[name] {
 				continue
 			}
+			names = append(names, name)
 			if r, ok := byName[name]; ok {
 				rs = append(rs, &r)
 			} else {
@@ -89,7 +91,7 @@ func Conditions(results []check.Result, enabled []string) []Condition {
 		if len(rs) == 0 {
 			continue
 		}
-		out = append(out, combine(t, rs))
+		out = append(out, combine(t, rs, names))
 	}
 	return out
 }
@@ -111,7 +113,7 @@ func severity(r *check.Result) int {
 	}
 }
 
-func combine(t ConditionType, rs []*check.Result) Condition {
+func combine(t ConditionType, rs []*check.Result, names []string) Condition {
 	worst := 0
 	for _, r := range rs {
 		worst = max(worst, severity(r))
@@ -133,7 +135,7 @@ func combine(t ConditionType, rs []*check.Result) Condition {
 	}
 	if primary == nil {
 		return Condition{Type: t, Status: StatusUnknown, Reason: ReasonNotYetChecked,
-			Message: "ipvs-guard has not finished checking " + strings.Join(ChecksFor(t), " and ") + " yet."}
+			Message: "ipvs-guard has not finished checking " + joinAnd(names) + " yet."}
 	}
 	c := Condition{Type: t, Reason: primary.Reason, Message: strings.Join(msgs, " ")}
 	switch primary.Status {
@@ -156,6 +158,14 @@ func combine(t ConditionType, rs []*check.Result) Condition {
 	// kubectl describe, an Event's note and an alert show no forged line.
 	c.Message = truncate(check.EscapeLine(strings.TrimSpace(c.Message)))
 	return c
+}
+
+// joinAnd joins names as "a", "a and b", "a, b and c".
+func joinAnd(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 func orDefault(s, def string) string {

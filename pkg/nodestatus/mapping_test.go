@@ -58,6 +58,13 @@ func TestConditions(t *testing.T) {
 			},
 		},
 		{
+			name:    "nothing run yet: the message names the enabled checks only",
+			enabled: []string{check.NameKubeProxy, check.NameIPVS, check.NameIPVSDataplane},
+			want: []Condition{
+				{Type: KubeProxyIPVSDegraded, Status: StatusUnknown, Reason: ReasonNotYetChecked, Message: "ipvs-guard has not finished checking kube-proxy, ipvs and ipvs-dataplane yet."},
+			},
+		},
+		{
 			name:    "kube-proxy and ipvs combine, worst wins",
 			enabled: []string{check.NameKubeProxy, check.NameIPVS},
 			results: []check.Result{

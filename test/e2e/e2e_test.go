@@ -74,7 +74,7 @@ func TestE2E(t *testing.T) {
 	guestURL, metricsURL := os.Getenv("E2E_GUEST_URL"), os.Getenv("E2E_METRICS_URL")
 	testenv.Require(t, guestURL != "" && metricsURL != "",
 		"needs the guest node booted by hack/e2e/run.sh (make test-e2e)")
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 
 	e := &e2e{t: t, ctx: ctx, g: newGuest(guestURL), tl: newTimeline(os.Stdout), metrics: metricsURL}
@@ -98,6 +98,7 @@ func TestE2E(t *testing.T) {
 	e.scenarioSilentIPv6LoadBalancer()
 	e.scenarioIPv6ServiceGone()
 	e.scenarioKubeProxyStall()
+	e.scenarioDataplane()
 	e.stopAgent()
 }
 
