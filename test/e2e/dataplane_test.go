@@ -44,7 +44,7 @@ func (e *e2e) scenarioDataplane() {
 // True (StaleRealServers), both counted; kube-proxy resumed: False.
 func (e *e2e) scenarioStaleAndMissingRealServers() {
 	t, ctx := e.t, e.ctx
-	e.begin("8. A real server added and one deleted by hand (ipvsadm) while kube-proxy is stopped")
+	e.begin("9. A real server added and one deleted by hand (ipvsadm) while kube-proxy is stopped")
 	dp := service{name: "dp", typ: corev1.ServiceTypeClusterIP, clusterIP: dpClusterIP, port: 80, endpoint: dpEndpoint}
 	if err := createService(ctx, e.cs, "default", dp); err != nil {
 		t.Fatal(err)
@@ -90,7 +90,7 @@ func (e *e2e) scenarioStaleAndMissingRealServers() {
 // advisory: the condition stays False); kube-proxy resumed: gone.
 func (e *e2e) scenarioGhostVirtualServer() {
 	t, ctx := e.t, e.ctx
-	e.begin("9. A Service deleted while kube-proxy is stopped: a ghost virtual server and address")
+	e.begin("10. A Service deleted while kube-proxy is stopped: a ghost virtual server and address")
 	// Whatever kube-proxy had left behind is gone once it has resynced.
 	e.pollFor(dataplaneWait, "no ghost before the fault", func() (bool, string) {
 		mfs, err := scrape(ctx, e.metrics)
@@ -139,7 +139,7 @@ func (e *e2e) scenarioGhostVirtualServer() {
 // is counted for the Service.
 func (e *e2e) scenarioUDPToGoneBackend() {
 	t, ctx := e.t, e.ctx
-	e.begin("10. A UDP flow through a VIP to a backend that is then removed")
+	e.begin("11. A UDP flow through a VIP to a backend that is then removed")
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "dns", Namespace: "default"},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: dnsClusterIP, Selector: map[string]string{"app": "dns"},
