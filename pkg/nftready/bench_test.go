@@ -27,16 +27,13 @@ func BenchmarkReadiness10000(b *testing.B) {
 	cfg.Host.Links = func() ([]Link, error) {
 		return []Link{{Name: "eth0", Addrs: []netip.Addr{nodeIP}}, {Name: "eth1", Addrs: []netip.Addr{secondIP}}, dummy}, nil
 	}
-	conns := make([]Conn, 100000)
-	for i := range conns {
-		conns[i] = Conn{Protocol: ipvs.TCP, VAddr: ipvschecktest.VIP(i % n), VPort: ipvschecktest.Port}
+	conns := ipvs.ConnCounts{}
+	for i := range 100000 {
+		k := ipvs.ConnKey{Virtual: ipvs.Key{Address: ipvschecktest.VIP(i % n), Protocol: ipvs.TCP, Port: ipvschecktest.Port},
+			Real: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 244, byte(i >> 8), byte(i)}), 8080)}
+		conns[k]++
 	}
-	cfg.Host.Connections = func(fn func(Conn)) error {
-		for _, c := range conns {
-			fn(c)
-		}
-		return nil
-	}
+	cfg.Host.Connections = func() (ipvs.ConnCounts, error) { return conns, nil }
 	c := NewReadinessChecker(cfg)
 	b.ReportAllocs()
 	b.ResetTimer()

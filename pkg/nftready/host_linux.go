@@ -15,6 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 )
 
@@ -55,16 +56,16 @@ func HostSources(root hostfs.Root) Host {
 		},
 		Links:   hostLinks,
 		Primary: primaryAddrs,
-		Connections: func(fn func(Conn)) error {
+		Connections: func() (ipvs.ConnCounts, error) {
 			f, err := root.OpenLimited("/proc/net/ip_vs_conn", limitConnTable)
 			if errors.Is(err, fs.ErrNotExist) {
-				return nil
+				return nil, nil
 			}
 			if err != nil {
-				return fmt.Errorf("opening the IPVS connection table: %w", err)
+				return nil, fmt.Errorf("opening the IPVS connection table: %w", err)
 			}
 			defer f.Close()
-			return ReadConnections(f, fn)
+			return ipvs.ParseConnCounts(f)
 		},
 		Processes: func() ([]string, error) { return processNames(root) },
 	}

@@ -69,8 +69,9 @@ type Host struct {
 	// nodePortAddresses: primary): the source addresses of its default
 	// routes.
 	Primary func() ([]netip.Addr, error)
-	// Connections streams the IPVS connection table.
-	Connections func(fn func(Conn)) error
+	// Connections counts the IPVS connection table's entries per virtual
+	// and real server.
+	Connections func() (ipvs.ConnCounts, error)
 	// Processes lists the command names of the node's processes.
 	Processes func() ([]string, error)
 }
@@ -575,12 +576,12 @@ func (c *ReadinessChecker) nodePortConns(r *report, table ipvs.Table, local map[
 		return
 	}
 	seen := map[ipvs.Key]int{}
-	err = h.Connections(func(cn Conn) {
-		k := ipvs.Key{Address: cn.VAddr, Protocol: cn.Protocol, Port: cn.VPort}
-		if np[k] && !slices.Contains(primary, cn.VAddr) {
-			seen[k]++
+	counts, err := h.Connections()
+	for ck, n := range counts {
+		if k := ck.Virtual; np[k] && !slices.Contains(primary, k.Address) {
+			seen[k] += n
 		}
-	})
+	}
 	if err != nil {
 		r.add(KindNodePortAddress, SeverityInfo, "", fmt.Sprintf("IPVS connection table not read: %v", err))
 		return

@@ -86,7 +86,7 @@ func readyConfig() ReadinessConfig {
 				return []Link{{Name: "lo", Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}}, {Name: "eth0", Addrs: []netip.Addr{nodeIP}}}, nil
 			},
 			Primary:     func() ([]netip.Addr, error) { return []netip.Addr{nodeIP}, nil },
-			Connections: func(func(Conn)) error { return nil },
+			Connections: func() (ipvs.ConnCounts, error) { return nil, nil },
 			Processes:   func() ([]string, error) { return []string{"systemd", "kubelet"}, nil },
 		},
 		Prober:    ProberFunc(okProbe),
@@ -219,11 +219,12 @@ func TestReadiness(t *testing.T) {
 			c.IPVS = fakeTable{t: append(ipvschecktest.NewTable(2),
 				ipvs.Entry{Virtual: ipvs.VirtualServer{Address: nodeIP, Protocol: ipvs.TCP, Port: 30080}},
 				ipvs.Entry{Virtual: ipvs.VirtualServer{Address: secondIP, Protocol: ipvs.TCP, Port: 30080}})}
-			c.Host.Connections = func(fn func(Conn)) error {
-				fn(Conn{Protocol: ipvs.TCP, VAddr: secondIP, VPort: 30080})
-				fn(Conn{Protocol: ipvs.TCP, VAddr: secondIP, VPort: 30080})
-				fn(Conn{Protocol: ipvs.TCP, VAddr: nodeIP, VPort: 30080})
-				return nil
+			c.Host.Connections = func() (ipvs.ConnCounts, error) {
+				return ipvs.ConnCounts{
+					{Virtual: ipvs.Key{Address: secondIP, Protocol: ipvs.TCP, Port: 30080}, Real: netip.MustParseAddrPort("10.244.0.5:8080")}: 1,
+					{Virtual: ipvs.Key{Address: secondIP, Protocol: ipvs.TCP, Port: 30080}, Real: netip.MustParseAddrPort("10.244.0.6:8080")}: 1,
+					{Virtual: ipvs.Key{Address: nodeIP, Protocol: ipvs.TCP, Port: 30080}, Real: netip.MustParseAddrPort("10.244.0.5:8080")}:   1,
+				}, nil
 			}
 		}, wantStatus: check.StatusOK, want: []wantFinding{{KindNodePortAddress, SeverityChange, "TCP 10.0.0.10:30080"}}, wantInMsg: "2 connection(s)"},
 		{name: "Service IPs on kube-ipvs0", mod: func(c *ReadinessConfig) {
