@@ -107,6 +107,15 @@ func TestExplainAgainstAPIServer(t *testing.T) {
 	var log apiservertest.RequestLog
 	cfg := log.Wrap(s.Config(tr.Status.Token))
 	v := New("self", apiservertest.AgentClient(t, cfg), dynamic.NewForConfigOrDie(cfg), nil)
+	// Stop the informers and wait for them before the test ends: a later
+	// test of this package swaps klog's global logger (captureKlog), which
+	// must not happen under a running informer.
+	defer func() {
+		cancel()
+		if !v.Shutdown() {
+			t.Error("the view's informers did not stop")
+		}
+	}()
 	if err := v.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
