@@ -132,8 +132,7 @@ var ErrNoSyncMetrics = errors.New("no " + metricLastSync + " metric")
 // ParseSyncMetrics reads kube-proxy's sync metrics from its /metrics body
 // (Prometheus text exposition; the caller bounds its size).
 func ParseSyncMetrics(r io.Reader) (SyncMetrics, error) {
-	p := expfmt.NewTextParser(model.LegacyValidation)
-	mfs, err := p.TextToMetricFamilies(r)
+	mfs, err := parseText(r)
 	if err != nil {
 		return SyncMetrics{}, fmt.Errorf("parsing kube-proxy metrics: %w", err)
 	}
@@ -289,4 +288,18 @@ func healthOf(h *ProxyHealth, family string) (ProxierHealth, bool) {
 	}
 	ph, ok := h.Status[family]
 	return ph, ok
+}
+
+// parseText parses a Prometheus text exposition. expfmt's parser panics on
+// some malformed input (a nil dereference for "#TYPE A \n{}0", found by
+// FuzzParseSyncMetrics): a body kube-proxy's port serves is outside input,
+// so such a panic is an error, never the agent's crash.
+func parseText(r io.Reader) (mfs map[string]*dto.MetricFamily, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			mfs, err = nil, fmt.Errorf("malformed metrics text (the parser failed: %v)", p)
+		}
+	}()
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	return p.TextToMetricFamilies(r)
 }
