@@ -58,3 +58,20 @@ func (s *Settler) Settled(keys []string) []bool {
 	s.first = next
 	return out
 }
+
+// KeepSettled returns the items of this run that have persisted for s's
+// Grace, each known by key(item) (see [Settler.Settled]), in their order.
+func KeepSettled[T any](s *Settler, items []T, key func(T) string) []T {
+	keys := make([]string, len(items))
+	for i, it := range items {
+		keys[i] = key(it)
+	}
+	ok := s.Settled(keys)
+	out := items[:0:0]
+	for i, it := range items {
+		if ok[i] {
+			out = append(out, it)
+		}
+	}
+	return out
+}

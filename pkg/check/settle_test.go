@@ -39,3 +39,19 @@ func TestSettler(t *testing.T) {
 		t.Errorf("zero grace (-want +got):\n%s", diff)
 	}
 }
+
+func TestKeepSettled(t *testing.T) {
+	clk := testingclock.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	s := &Settler{Grace: 10 * time.Second, Clock: clk}
+	key := func(n int) string { return string(rune('a' + n)) }
+	if got := KeepSettled(s, []int{0, 1}, key); len(got) != 0 {
+		t.Errorf("first sight kept %v", got)
+	}
+	clk.SetTime(clk.Now().Add(10 * time.Second))
+	if diff := cmp.Diff([]int{0}, KeepSettled(s, []int{2, 0}, key)); diff != "" {
+		t.Errorf("after the grace (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]int{3, 4}, KeepSettled(nil, []int{3, 4}, key)); diff != "" {
+		t.Errorf("nil settler (-want +got):\n%s", diff)
+	}
+}

@@ -288,17 +288,7 @@ func (c *Checker) countReadyEndpoints(ctx context.Context, logger klog.Logger, e
 
 // settled drops the findings that have not persisted for the settle grace.
 func (c *Checker) settled(logger klog.Logger, findings []Finding) []Finding {
-	keys := make([]string, len(findings))
-	for i, f := range findings {
-		keys[i] = f.String()
-	}
-	ok := c.cfg.Settle.Settled(keys)
-	out := findings[:0:0]
-	for i, f := range findings {
-		if ok[i] {
-			out = append(out, f)
-		}
-	}
+	out := check.KeepSettled(c.cfg.Settle, findings, Finding.String)
 	if held := len(findings) - len(out); held > 0 {
 		logger.V(2).Info("Holding back new findings until they persist (kube-proxy may not have synced yet)", "held", held, "grace", c.cfg.Settle.Grace)
 	}

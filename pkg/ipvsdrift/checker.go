@@ -228,18 +228,7 @@ func (c *Checker) trackZero(table ipvs.Table, now time.Time) func(ipvs.Key, neti
 
 // settled keeps the findings that persisted for the settle grace.
 func (c *Checker) settled(found []Finding) []Finding {
-	keys := make([]string, len(found))
-	for i, f := range found {
-		keys[i] = f.Key()
-	}
-	ok := c.cfg.Settle.Settled(keys)
-	out := found[:0:0]
-	for i, f := range found {
-		if ok[i] {
-			out = append(out, f)
-		}
-	}
-	return out
+	return check.KeepSettled(c.cfg.Settle, found, Finding.Key)
 }
 
 // confirm re-reads the Services of settled findings that depend on
