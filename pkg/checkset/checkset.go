@@ -5,7 +5,7 @@ package checkset
 import (
 	"context"
 	"fmt"
-	"sync"
+	"math"
 	"time"
 
 	"k8s.io/client-go/dynamic"
@@ -122,18 +122,19 @@ type Cluster struct {
 // and the other checks are built as usual.
 func Build(ctx context.Context, cfg Config) ([]check.Checker, error) {
 	s := newShared(cfg)
-	// One netlink socket for every check reading the IPVS table; in a
-	// one-shot run with the readiness report, one dump of it too.
-	var table ipvs.Interface = ipvs.New(cfg.Root)
+	// One netlink socket for every check reading the IPVS table. The
+	// ipvs-dataplane check uses the table the ipvs check just read (the
+	// dump is most of a resync's CPU at 10,000 virtual servers); in a
+	// one-shot run with the readiness report, the leftovers and readiness
+	// reports judge the table read first in the run too.
+	recent := ipvs.NewRecent(ipvs.New(cfg.Root))
+	var table ipvs.Interface = recent
 	if cfg.TargetMode != "" && cfg.ReadinessInterval == 0 {
-		table = &onePass{Interface: table}
+		table = recent.Within(wholeRun)
 	}
 	var b builder
 	b.add(modules.NewChecker(modules.Config{Root: cfg.Root, SchedulerFunc: s.scheduler, Remediate: cfg.Remediate, Loader: cfg.Loader, Distro: s.distro, IPVSUse: s.use.Use}), nil)
 	b.add(kubeproxy.NewChecker(kubeproxy.CheckerConfig{Client: s.kubeProxy, ReadLink: kubeproxy.ReadLink, FallbackVersion: s.kubeProxyVersion, Scheduler: cfg.Scheduler, Distro: s.distro}))
-	// The ipvs-dataplane check uses the table the ipvs check just read
-	// (the dump is most of a resync's CPU at 10,000 virtual servers).
-	recent := ipvs.NewRecent(table)
 	b.add(ipvscheck.NewChecker(ipvscheck.Config{IPVS: recent, ReadLink: kubeproxy.ReadLink, KubeProxy: s.kubeProxy, Cluster: s.services, NodeName: cfg.NodeName, Scheduler: s.schedulers.Resolve, Distro: s.distro, Settle: cfg.Settle, IPVSUse: s.use.Use}))
 	b.add(arpsysctl.NewChecker(arpsysctl.Config{Root: cfg.Root, Interfaces: s.interfaces, ReadLink: kubeproxy.ReadLink, LoadBalancerIPs: s.lbIPs, KubeProxy: s.kubeProxy, Distro: s.distro, IPVSUse: s.use.Use}))
 	b.add(arpChecker(ctx, cfg))
@@ -314,28 +315,6 @@ func listOnce(ctx context.Context, node string, c *Cluster) (*clusterview.View, 
 	return view, nil
 }
 
-// onePass shares the first successful read of the IPVS table among the
-// checks of a one-shot run (diagnose --target-mode): they judge the same
-// table, and a node of 10,000 virtual servers is dumped once, not twice. A
-// failed read is not kept: the next check reads again.
-type onePass struct {
-	ipvs.Interface
-	mu    sync.Mutex
-	table ipvs.Table
-	ok    bool
-}
-
-// Table implements ipvs.Interface.
-func (p *onePass) Table(ctx context.Context) (ipvs.Table, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ok {
-		return p.table, nil
-	}
-	t, err := p.Interface.Table(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p.table, p.ok = t, true
-	return t, nil
-}
+// wholeRun is how long a one-shot run's first IPVS table read serves its
+// later checks: the whole run (a failed read is not kept).
+const wholeRun = time.Duration(math.MaxInt64)

@@ -242,9 +242,9 @@ func (c *countingTable) Table(context.Context) (ipvs.Table, error) {
 	return ipvs.Table{{Virtual: ipvs.VirtualServer{Port: uint16(c.reads)}}}, nil
 }
 
-// TestOnePass: the checks of one diagnose run share the first successful
+// TestOneShotTable: the checks of one diagnose run share the first successful
 // read of the IPVS table; a failed read is read again.
-func TestOnePass(t *testing.T) {
+func TestOneShotTable(t *testing.T) {
 	for _, tt := range []struct {
 		name      string
 		fail      int
@@ -256,7 +256,7 @@ func TestOnePass(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := &countingTable{fail: tt.fail}
-			p := &onePass{Interface: c}
+			p := ipvs.NewRecent(c).Within(wholeRun)
 			var last ipvs.Table
 			for range 3 {
 				tab, err := p.Table(context.Background())
