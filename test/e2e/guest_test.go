@@ -7,16 +7,14 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/guestvm"
+	"github.com/ipvs-guard/ipvs-guard/internal/ipvsguardtest"
 )
 
 // guest drives the guest node through its control endpoint
@@ -70,24 +68,9 @@ func firstLine(s string) string {
 
 // scrape reads the agent's /metrics (forwarded from the guest).
 func scrape(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scraping %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scraping %s: %s", url, resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("parsing %s: %w", url, err)
-	}
-	return mfs, nil
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return ipvsguardtest.Scrape(ctx, url)
 }
 
 // sample returns the value of the series of family name whose labels include

@@ -7,9 +7,7 @@ package metallb
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -20,8 +18,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -436,47 +432,18 @@ func (c *cluster) condition(node, typ string) corev1.NodeCondition {
 	return corev1.NodeCondition{}
 }
 
-// waitFor polls fn every 100 ms until it returns true, failing after timeout
-// with fn's last explanation.
+// waitFor polls fn every 100 ms until it returns true, failing after
+// timeout with fn's last explanation; it returns how long it waited.
 func (c *cluster) waitFor(what string, timeout time.Duration, fn func() (bool, string)) time.Duration {
 	c.t.Helper()
-	start := time.Now()
-	var last string
-	for time.Since(start) < timeout {
-		ok, why := fn()
-		if ok {
-			return time.Since(start)
-		}
-		last = why
-		if c.ctx.Err() != nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	c.t.Fatalf("timed out after %s waiting until %s: %s", timeout, what, last)
-	return 0
+	return ipvsguardtest.WaitFor(c.ctx, c.t, what, timeout, fn)
 }
 
 // scrape reads an agent's /metrics.
 func (c *cluster) scrape(node string) (map[string]*dto.MetricFamily, error) {
-	url := fmt.Sprintf("http://%s:%d/metrics", c.ip(node), agentPort)
 	ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return nil, fmt.Errorf("%s: %s: %s", url, resp.Status, b)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	return p.TextToMetricFamilies(resp.Body)
+	return ipvsguardtest.Scrape(ctx, fmt.Sprintf("http://%s:%d/metrics", c.ip(node), agentPort))
 }
 
 // arpResult returns the result label whose ipvs_guard_arp_probe_result
