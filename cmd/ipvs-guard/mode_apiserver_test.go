@@ -32,7 +32,7 @@ func TestRunNotInIPVSMode(t *testing.T) {
 	go func() {
 		code <- execute(runCtx, []string{"run", "--kubeconfig", s.Kubeconfig, "--node-name", "node-a", "--root", root, "--remediate",
 			"--kube-proxy-metrics-address", kp,
-			"--health-probe-bind-address", health, "--metrics-bind-address", health, "--resync-period", "1s"})
+			"--health-probe-bind-address", health, "--metrics-bind-address", health, "--metrics-secure=false", "--resync-period", "1s"})
 	}()
 	defer func() {
 		stop()

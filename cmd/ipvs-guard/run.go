@@ -6,12 +6,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
@@ -27,6 +32,7 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 	"github.com/ipvs-guard/ipvs-guard/pkg/metrics"
+	"github.com/ipvs-guard/ipvs-guard/pkg/metricsauth"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 	"github.com/ipvs-guard/ipvs-guard/pkg/server"
@@ -41,7 +47,7 @@ type runOptions struct {
 	// removeOwnLeftovers removes ipvs-guard's own ipvs.conf once kube-proxy left IPVS mode.
 	removeOwnLeftovers bool
 	resyncPeriod       time.Duration
-	metricsAddr        string
+	metrics            metricsOptions
 	healthAddr         string
 	noUevents          bool
 	initialDelay       time.Duration
@@ -63,6 +69,9 @@ func newRunCommand() *cobra.Command {
 			if err := opts.validate(); err != nil {
 				return err
 			}
+			if err := opts.metrics.validate(&opts.healthAddr); err != nil {
+				return err
+			}
 			if _, err := clusterview.ParsePeersService(opts.peersService); err != nil {
 				return fmt.Errorf("--peers-service: %w", err)
 			}
@@ -75,8 +84,8 @@ func newRunCommand() *cobra.Command {
 	f.DurationVar(&opts.resyncPeriod, "resync-period", agent.DefaultResyncPeriod, "re-run every check this often (kernel state has no watch)")
 	f.DurationVar(&opts.readinessInterval, "nftables-readiness-interval", DefaultReadinessInterval, "run the nftables-readiness report (metrics only) at most this often; 0 turns it off")
 	f.BoolVar(&opts.removeOwnLeftovers, "remove-own-ipvs-leftovers", false, "once kube-proxy runs a mode other than IPVS, remove the modules-load.d file ipvs-guard wrote (only if nothing else is in it)")
-	f.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8080", "address of the /metrics endpoint (\"0\" disables it)")
-	f.StringVar(&opts.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (\"0\" disables it)")
+	opts.metrics.addFlags(f)
+	f.StringVar(&opts.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (\"0\" disables it; the chart binds the node's IP, which the kubelet probes)")
 	f.BoolVar(&opts.noUevents, "no-uevents", false, "do not listen for kernel module uevents (rely on the resync period)")
 	f.DurationVar(&opts.initialDelay, "initial-publish-delay", agent.DefaultInitialPublishDelay, "publish conditions after this long even if a check has not finished")
 	f.Float32Var(&opts.apiQPS, "kube-api-qps", 5, "queries per second to the API server")
@@ -205,7 +214,8 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { recorder.Run(gctx); return nil })
-	if err := serve(gctx, g, opts, a, reg); err != nil {
+	reviews, _ := cs.(kube.ReviewInterface) // *kube.Clientset is one
+	if err := serve(gctx, g, opts, a, reg, reviews); err != nil {
 		return err
 	}
 	g.Go(func() error { mgr.Run(gctx); return nil })
@@ -268,15 +278,17 @@ func buildChecks(ctx context.Context, opts *runOptions, cs kube.Interface, view 
 	return cc, checkers, nil
 }
 
-// serve starts, in g, the health probe server and the metrics server (one
-// server when both addresses are the same; "0" disables either).
-func serve(ctx context.Context, g *errgroup.Group, opts *runOptions, a *agent.Agent, reg *prometheus.Registry) error {
+// serve starts, in g, the health probe server and the metrics server ("0"
+// disables either). Plain-HTTP metrics on the health address share its
+// server; HTTPS metrics need their own address.
+func serve(ctx context.Context, g *errgroup.Group, opts *runOptions, a *agent.Agent, reg *prometheus.Registry, reviews kube.ReviewInterface) error {
+	m := &opts.metrics
 	if opts.healthAddr != "0" {
 		srv, err := server.New(opts.healthAddr, healthz(a, opts.resyncPeriod), readyz(a))
 		if err != nil {
 			return err
 		}
-		if opts.metricsAddr == opts.healthAddr {
+		if m.addr == opts.healthAddr {
 			srv.Handle("/metrics", metrics.Handler(reg))
 		}
 		if opts.profiling {
@@ -284,15 +296,24 @@ func serve(ctx context.Context, g *errgroup.Group, opts *runOptions, a *agent.Ag
 		}
 		g.Go(func() error { return srv.Run(ctx) })
 	}
-	if opts.metricsAddr != "0" && opts.metricsAddr != opts.healthAddr {
+	if m.addr == "0" || m.addr == opts.healthAddr {
+		return nil
+	}
+	if !m.secure {
 		// The probes are served here too.
-		srv, err := server.New(opts.metricsAddr, healthz(a, opts.resyncPeriod), readyz(a))
+		srv, err := server.New(m.addr, healthz(a, opts.resyncPeriod), readyz(a))
 		if err != nil {
 			return err
 		}
 		srv.Handle("/metrics", metrics.Handler(reg))
 		g.Go(func() error { return srv.Run(ctx) })
+		return nil
 	}
+	srv, err := m.secureServer(ctx, opts.node(), reg, reviews)
+	if err != nil {
+		return err
+	}
+	g.Go(func() error { return srv.Run(ctx) })
 	return nil
 }
 
@@ -349,4 +370,96 @@ func readyz(a *agent.Agent) server.Check {
 		}
 		return nil
 	}
+}
+
+// metricsOptions are the flags of the metrics endpoint.
+type metricsOptions struct {
+	addr string
+	// secure serves HTTPS, each scrape authenticated and authorized by the
+	// API server (pkg/metricsauth).
+	secure            bool
+	certFile, keyFile string
+}
+
+func (m *metricsOptions) addFlags(f *pflag.FlagSet) {
+	f.StringVar(&m.addr, "metrics-bind-address", ":8080", "address of the /metrics endpoint, host:port (\"0\" disables it; an IPv6 host may be given without brackets, as $(HOST_IP):9473 expands to)")
+	f.BoolVar(&m.secure, "metrics-secure", true, "serve /metrics over HTTPS and let a scrape through only with a bearer token the API server authenticates (TokenReview) for a user it authorizes to get the non-resource URL /metrics (SubjectAccessReview); answers are cached 2 min per token and 5 min per authorization. false serves plain HTTP to anyone who reaches the address")
+	f.StringVar(&m.certFile, "metrics-tls-cert-file", "", "PEM certificate (chain) of the HTTPS metrics endpoint, read again when it changes; empty: a self-signed certificate generated in memory at start")
+	f.StringVar(&m.keyFile, "metrics-tls-key-file", "", "PEM private key of --metrics-tls-cert-file")
+}
+
+// validate checks the metrics flags and brackets an IPv6 host in them and
+// in *healthAddr.
+func (m *metricsOptions) validate(healthAddr *string) error {
+	var err error
+	if m.addr, err = bindAddress(m.addr); err != nil {
+		return usageError{fmt.Errorf("--metrics-bind-address: %w", err)}
+	}
+	if *healthAddr, err = bindAddress(*healthAddr); err != nil {
+		return usageError{fmt.Errorf("--health-probe-bind-address: %w", err)}
+	}
+	if (m.certFile == "") != (m.keyFile == "") {
+		return usageError{errors.New("--metrics-tls-cert-file and --metrics-tls-key-file go together")}
+	}
+	if m.certFile != "" && !m.secure {
+		return usageError{errors.New("--metrics-tls-cert-file needs --metrics-secure (plain HTTP uses no certificate)")}
+	}
+	if m.secure && m.addr != "0" && m.addr == *healthAddr {
+		return usageError{errors.New("with --metrics-secure, --metrics-bind-address must differ from --health-probe-bind-address (the kubelet probes health over plain HTTP)")}
+	}
+	return nil
+}
+
+// bindAddress returns addr as net.Listen takes it: "0" (disabled) and
+// host:port as they are, and an IPv6 address followed by :port (what
+// $(HOST_IP):9473 expands to on an IPv6 node) bracketed.
+func bindAddress(addr string) (string, error) {
+	if addr == "0" {
+		return addr, nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err == nil {
+		return addr, nil
+	}
+	if i := strings.LastIndexByte(addr, ':'); i > 0 {
+		if ip, err := netip.ParseAddr(addr[:i]); err == nil && ip.Is6() {
+			if _, err := strconv.ParseUint(addr[i+1:], 10, 16); err == nil {
+				return net.JoinHostPort(addr[:i], addr[i+1:]), nil
+			}
+		}
+	}
+	return "", fmt.Errorf("%q is not host:port", addr)
+}
+
+// secureServer returns the HTTPS metrics server: /metrics behind the API
+// server's authentication and authorization, nothing else.
+func (m *metricsOptions) secureServer(ctx context.Context, node string, reg *prometheus.Registry, reviews kube.ReviewInterface) (*server.Server, error) {
+	if reviews == nil {
+		return nil, errors.New("--metrics-secure: the API client cannot send TokenReviews")
+	}
+	filter, err := metricsauth.New(metricsauth.Options{Reviews: reviews})
+	if err != nil {
+		return nil, err
+	}
+	topts := server.TLSOptions{CertFile: m.certFile, KeyFile: m.keyFile, Host: node}
+	if host, _, err := net.SplitHostPort(m.addr); err == nil {
+		if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {
+			topts.IPs = []net.IP{ip}
+		}
+	}
+	tlsCfg, err := server.NewTLSConfig(topts)
+	if err != nil {
+		return nil, fmt.Errorf("metrics endpoint: %w", err)
+	}
+	srv, err := server.NewMux(m.addr)
+	if err != nil {
+		return nil, err
+	}
+	srv.UseTLS(tlsCfg)
+	srv.Handle("/metrics", filter.Wrap(metrics.Handler(reg)))
+	how := "self-signed certificate"
+	if m.certFile != "" {
+		how = m.certFile
+	}
+	klog.FromContext(ctx).Info("Serving metrics over HTTPS, scrapes authorized by the API server", "addr", srv.Addr(), "certificate", how)
+	return srv, nil
 }

@@ -33,7 +33,7 @@ func TestRunPublishesAndStopsOnSignal(t *testing.T) {
 	code := make(chan int, 1)
 	go func() {
 		code <- execute(runCtx, []string{"run", "--kubeconfig", s.Kubeconfig, "--node-name", "node-a", "--root", root,
-			"--health-probe-bind-address", health, "--metrics-bind-address", health, "--resync-period", "2s"})
+			"--health-probe-bind-address", health, "--metrics-bind-address", health, "--metrics-secure=false", "--resync-period", "2s"})
 	}()
 
 	deadline := time.Now().Add(30 * time.Second)

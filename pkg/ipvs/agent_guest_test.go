@@ -45,7 +45,7 @@ current-context: c
 `), 0o600)
 	var logs bytes.Buffer
 	agent := exec.Command(guest.Bin(), "run", "--kubeconfig", kubeconfig, "--node-name", "guest",
-		"--resync-period", "1s", "--metrics-bind-address", agentMetrics, "--health-probe-bind-address", "0")
+		"--resync-period", "1s", "--metrics-bind-address", agentMetrics, "--metrics-secure=false", "--health-probe-bind-address", "0")
 	agent.Stdout, agent.Stderr = &logs, &logs
 	if err := agent.Start(); err != nil {
 		t.Fatal(err)

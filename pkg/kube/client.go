@@ -3,7 +3,9 @@
 // Package kube is ipvs-guard's client of the Kubernetes API: typed clients
 // for the few resources the agent, diagnose and cleanup use (core/v1
 // Services, Nodes and ConfigMaps, discovery/v1 EndpointSlices,
-// events.k8s.io/v1 Events), informers over them, and an Event recorder.
+// events.k8s.io/v1 Events, and the TokenReviews and SubjectAccessReviews
+// that authenticate and authorize a metrics scrape), informers over them,
+// and an Event recorder.
 //
 // client-go's clientset registers every API group's types and typed clients
 // at init; a binary that imports it carries all of them (about 14 MiB of
@@ -18,6 +20,8 @@ import (
 	"fmt"
 	"net/http"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -85,12 +89,38 @@ type Interface interface {
 	ServerResourcesForGroupVersion(ctx context.Context, groupVersion string) (*metav1.APIResourceList, error)
 }
 
+// TokenReviewInterface creates TokenReviews: the API server says who a
+// bearer token authenticates.
+type TokenReviewInterface interface {
+	// Create sends the review and returns the API server's answer.
+	Create(ctx context.Context, review *authenticationv1.TokenReview, opts metav1.CreateOptions) (*authenticationv1.TokenReview, error)
+}
+
+// SubjectAccessReviewInterface creates SubjectAccessReviews: the API server
+// says whether a user may do something.
+type SubjectAccessReviewInterface interface {
+	// Create sends the review and returns the API server's answer.
+	Create(ctx context.Context, review *authorizationv1.SubjectAccessReview, opts metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error)
+}
+
+// ReviewInterface is what authenticating and authorizing a client by the
+// API server takes (as kube-rbac-proxy and controller-runtime's secure
+// metrics server do).
+type ReviewInterface interface {
+	// TokenReviews creates TokenReviews.
+	TokenReviews() TokenReviewInterface
+	// SubjectAccessReviews creates SubjectAccessReviews.
+	SubjectAccessReviews() SubjectAccessReviewInterface
+}
+
 // NewScheme returns a scheme with only the API groups ipvs-guard reads and
-// writes: core/v1, discovery/v1, events.k8s.io/v1 and the meta types every
-// group version carries (options, watch events, status).
+// writes: core/v1, discovery/v1, events.k8s.io/v1, authentication.k8s.io/v1,
+// authorization.k8s.io/v1 and the meta types every group version carries
+// (options, watch events, status).
 func NewScheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, discoveryv1.AddToScheme, eventsv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, discoveryv1.AddToScheme, eventsv1.AddToScheme,
+		authenticationv1.AddToScheme, authorizationv1.AddToScheme} {
 		if err := add(s); err != nil {
 			return nil, fmt.Errorf("building the API scheme: %w", err)
 		}
@@ -101,11 +131,14 @@ func NewScheme() (*runtime.Scheme, error) {
 
 // Clientset is Interface over the API server cfg names.
 type Clientset struct {
-	core, discovery, events rest.Interface
-	params                  runtime.ParameterCodec
+	core, discovery, events, authn, authz rest.Interface
+	params                                runtime.ParameterCodec
 }
 
-var _ Interface = (*Clientset)(nil)
+var (
+	_ Interface       = (*Clientset)(nil)
+	_ ReviewInterface = (*Clientset)(nil)
+)
 
 // NewForConfig returns a Clientset for cfg. Its requests share one HTTP
 // client and one rate limiter (cfg.QPS, cfg.Burst), as client-go's
@@ -140,6 +173,8 @@ func NewForConfig(cfg *rest.Config) (*Clientset, error) {
 		{&cs.core, "/api", corev1.SchemeGroupVersion},
 		{&cs.discovery, "/apis", discoveryv1.SchemeGroupVersion},
 		{&cs.events, "/apis", eventsv1.SchemeGroupVersion},
+		{&cs.authn, "/apis", authenticationv1.SchemeGroupVersion},
+		{&cs.authz, "/apis", authorizationv1.SchemeGroupVersion},
 	} {
 		rc, err := restClient(c, httpClient, codecs, g.apiPath, g.gv)
 		if err != nil {
@@ -199,6 +234,20 @@ func (c *Clientset) Events(namespace string) EventInterface {
 		func() *eventsv1.Event { return &eventsv1.Event{} },
 		func() *eventsv1.EventList { return &eventsv1.EventList{} },
 		gentype.PrefersProtobuf[*eventsv1.Event]())
+}
+
+// TokenReviews implements ReviewInterface.
+func (c *Clientset) TokenReviews() TokenReviewInterface {
+	return gentype.NewClient("tokenreviews", c.authn, c.params, "",
+		func() *authenticationv1.TokenReview { return &authenticationv1.TokenReview{} },
+		gentype.PrefersProtobuf[*authenticationv1.TokenReview]())
+}
+
+// SubjectAccessReviews implements ReviewInterface.
+func (c *Clientset) SubjectAccessReviews() SubjectAccessReviewInterface {
+	return gentype.NewClient("subjectaccessreviews", c.authz, c.params, "",
+		func() *authorizationv1.SubjectAccessReview { return &authorizationv1.SubjectAccessReview{} },
+		gentype.PrefersProtobuf[*authorizationv1.SubjectAccessReview]())
 }
 
 // ServerResourcesForGroupVersion implements Interface: GET

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -30,6 +32,8 @@ func TestNewScheme(t *testing.T) {
 		{&discoveryv1.EndpointSlice{}, true},
 		{&discoveryv1.EndpointSliceList{}, true},
 		{&eventsv1.Event{}, true},
+		{&authenticationv1.TokenReview{}, true},
+		{&authorizationv1.SubjectAccessReview{}, true},
 		{&metav1.ListOptions{}, true},
 		{&metav1.Status{}, true},
 		{&metav1.WatchEvent{}, true},

@@ -78,7 +78,7 @@ func TestRunningAgentScrape(t *testing.T) {
 	metricsAddr, healthAddr := freeAddr(t), freeAddr(t)
 	var logs bytes.Buffer
 	agent := exec.Command(bin, "run", "--kubeconfig", srv.Kubeconfig, "--node-name", node,
-		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", healthAddr,
+		"--metrics-bind-address", metricsAddr, "--metrics-secure=false", "--health-probe-bind-address", healthAddr,
 		"--resync-period", "5s", "--initial-publish-delay", "2s", "--no-uevents", "--v=2")
 	agent.Stdout, agent.Stderr = &logs, &logs
 	if err := agent.Start(); err != nil {

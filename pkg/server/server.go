@@ -4,6 +4,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -27,13 +28,23 @@ type Server struct {
 // New listens on addr (":0" picks a free port) and returns a Server serving
 // /healthz from healthz and /readyz from readyz (nil checks always pass).
 func New(addr string, healthz, readyz Check) (*Server, error) {
+	s, err := NewMux(addr)
+	if err != nil {
+		return nil, err
+	}
+	s.mux.Handle("/healthz", probe(healthz))
+	s.mux.Handle("/readyz", probe(readyz))
+	return s, nil
+}
+
+// NewMux listens on addr and returns a Server serving only what the caller
+// mounts with Handle (e.g. the authorized /metrics).
+func NewMux(addr string) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/healthz", probe(healthz))
-	mux.Handle("/readyz", probe(readyz))
 	return &Server{
 		mux: mux,
 		ln:  ln,
@@ -63,6 +74,13 @@ func (s *Server) HandleProfiling() {
 // Handle mounts another handler (e.g. /metrics) before Run.
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
+// UseTLS makes Run serve HTTPS with cfg (see NewTLSConfig), HTTP/1.1 only.
+func (s *Server) UseTLS(cfg *tls.Config) {
+	s.srv.TLSConfig = cfg
+	// A non-nil empty map keeps net/http from adding HTTP/2.
+	s.srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+}
+
 // Addr returns the address the server listens on.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
@@ -76,7 +94,13 @@ const ShutdownTimeout = 2 * time.Second
 // It returns nil after a clean shutdown.
 func (s *Server) Run(ctx context.Context) error {
 	errc := make(chan error, 1)
-	go func() { errc <- s.srv.Serve(s.ln) }()
+	go func() {
+		if s.srv.TLSConfig != nil {
+			errc <- s.srv.ServeTLS(s.ln, "", "")
+			return
+		}
+		errc <- s.srv.Serve(s.ln)
+	}()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serving on %s: %w", s.Addr(), err)

@@ -434,13 +434,13 @@ func (c *cluster) startAgents() {
 	c.guestRun(`NODE_NAME=` + guestName + ` bg_start agent /usr/libexec/e2e/setpriv --bounding-set -all,+net_admin,+net_raw --inh-caps -all --no-new-privs -- ` +
 		`/usr/local/bin/ipvs-guard run --kubeconfig=/run/e2e/node.kubeconfig --node-name=` + guestName +
 		` --scheduler=rr --resync-period=` + resync + ` --no-uevents` +
-		fmt.Sprintf(" --metrics-bind-address=%s:%d", c.guest.tap.IP, agentPort) + ` --health-probe-bind-address=127.0.0.1:9474`)
+		fmt.Sprintf(" --metrics-bind-address=%s:%d", c.guest.tap.IP, agentPort) + ` --metrics-secure=false --health-probe-bind-address=127.0.0.1:9474`)
 	tree := c.hostTree()
 	cmd := c.probe.Command(c.ctx, "setpriv", "--bounding-set=-all,+net_admin,+net_raw", "--inh-caps=-all,+net_admin,+net_raw",
 		"--ambient-caps=-all,+net_admin,+net_raw", "--no-new-privs", "--",
 		c.bin, "run", "--kubeconfig="+c.mlb.NodeKubeconfig, "--node-name="+probeName, "--root="+tree,
 		"--scheduler=rr", "--resync-period="+resync, "--no-uevents",
-		fmt.Sprintf("--metrics-bind-address=%s:%d", c.probe.IP, agentPort), "--health-probe-bind-address=127.0.0.1:9474")
+		fmt.Sprintf("--metrics-bind-address=%s:%d", c.probe.IP, agentPort), "--metrics-secure=false", "--health-probe-bind-address=127.0.0.1:9474")
 	p, err := proc.Start("ipvs-guard-"+probeName, cmd, filepath.Join(c.dir, "agent-"+probeName+".log"))
 	if err != nil {
 		c.t.Fatal(err)
