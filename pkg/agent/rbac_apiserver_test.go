@@ -166,6 +166,8 @@ func TestRBACAndAdmissionPolicy(t *testing.T) {
 		{"create", "events.k8s.io", "events", "", "default"}, {"patch", "events.k8s.io", "events", "", "default"},
 		{"list", "metallb.io", "ipaddresspools", "", "metallb-system"}, {"list", "metallb.io", "l2advertisements", "", "metallb-system"},
 		{"list", "", "pods", "", "metallb-system"},
+		// The HTTPS metrics endpoint's reviews of each scraper.
+		{"create", "authentication.k8s.io", "tokenreviews", "", ""}, {"create", "authorization.k8s.io", "subjectaccessreviews", "", ""},
 	} {
 		allowed[a] = true
 	}
@@ -184,6 +186,7 @@ func TestRBACAndAdmissionPolicy(t *testing.T) {
 			{"", "", "pods", "", "metallb-system"}, {"", "", "pods", "", ""}, {"", "", "secrets", "", "metallb-system"},
 			{"", "metallb.io", "ipaddresspools", "", "metallb-system"}, {"", "metallb.io", "ipaddresspools", "", ""},
 			{"", "metallb.io", "l2advertisements", "", "metallb-system"}, {"", "metallb.io", "l2advertisements", "", "default"},
+			{"", "authentication.k8s.io", "tokenreviews", "", ""}, {"", "authorization.k8s.io", "subjectaccessreviews", "", ""},
 		} {
 			r.verb = v
 			probes = append(probes, r)
