@@ -10,6 +10,7 @@ package deploy_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,6 +52,9 @@ var valueSets = []struct {
 	{name: "report-only", set: []string{"remediation.enabled=false"}},
 	{name: "metrics-off", set: []string{"metrics.enabled=false", "dashboard.enabled=false", "cleanupOnUninstall.enabled=false"}},
 	{name: "monitoring", set: []string{"metrics.serviceMonitor.enabled=true", "prometheusRule.enabled=true", "scheduler=lc", "arp.interface=eth0"}},
+	{name: "metrics-tls-secret", set: []string{"metrics.tls.secretName=agent-metrics-tls", "metrics.readers[0].namespace=monitoring",
+		"metrics.readers[0].name=prometheus-k8s", "metrics.serviceMonitor.enabled=true", "metrics.bindAddress=::", "health.bindAddress=0.0.0.0"}},
+	{name: "metrics-plain", set: []string{"metrics.secure=false", "metrics.serviceMonitor.enabled=true"}},
 }
 
 // render runs helm template and returns its output and error output.
@@ -171,25 +175,25 @@ func TestRender(t *testing.T) {
 	}{
 		{
 			name:        "defaults: remediation on",
-			wantKinds:   []string{"ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "Role", "Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Service", "Service", "ServiceAccount", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantKinds:   []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "Role", "Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Service", "Service", "ServiceAccount", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:    []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
 			wantMounts:  bootMounts(false),
-			wantArgs:    []string{"run", "--remediate", "--metrics-bind-address=:9473", "--health-probe-bind-address=:9474", "--resync-period=1m", "--kube-proxy-metrics-address=127.0.0.1:10249", "--peers-service=ipvs-guard/ipvs-guard-peers", "--nftables-readiness-interval=1h"},
+			wantArgs:    []string{"run", "--remediate", "--metrics-bind-address=$(HOST_IP):9473", "--metrics-secure=true", "--health-probe-bind-address=$(HOST_IP):9474", "--resync-period=1m", "--kube-proxy-metrics-address=127.0.0.1:10249", "--peers-service=ipvs-guard/ipvs-guard-peers", "--nftables-readiness-interval=1h"},
 			notWantArgs: []string{"--remove-own-ipvs-leftovers"},
 		},
 		{
 			name:        "report-only: no SYS_MODULE, no writable host mount",
 			set:         []string{"remediation.enabled=false"},
-			wantKinds:   []string{"ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "Role", "Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Service", "Service", "ServiceAccount", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantKinds:   []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "Role", "Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Service", "Service", "ServiceAccount", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:    []corev1.Capability{"NET_ADMIN", "NET_RAW"},
 			wantMounts:  bootMounts(true),
-			wantArgs:    []string{"run", "--metrics-bind-address=:9473"},
+			wantArgs:    []string{"run", "--metrics-bind-address=$(HOST_IP):9473"},
 			notWantArgs: []string{"--remediate"},
 		},
 		{
 			name:        "own IPVS leftovers removed when asked, with remediation",
 			set:         []string{"nftablesMigration.removeOwnLeftovers=true", "nftablesMigration.readinessInterval=6h"},
-			wantKinds:   []string{"ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "Role", "Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Service", "Service", "ServiceAccount", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantKinds:   []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "Role", "Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Service", "Service", "ServiceAccount", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:    []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
 			wantMounts:  bootMounts(false),
 			wantArgs:    []string{"--remediate", "--remove-own-ipvs-leftovers", "--nftables-readiness-interval=6h"},
@@ -198,7 +202,7 @@ func TestRender(t *testing.T) {
 		{
 			name:        "own IPVS leftovers never removed by a report-only agent (its mounts are read-only)",
 			set:         []string{"nftablesMigration.removeOwnLeftovers=true", "remediation.enabled=false"},
-			wantKinds:   []string{"ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "Role", "Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Service", "Service", "ServiceAccount", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantKinds:   []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Job", "Role", "Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Service", "Service", "ServiceAccount", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:    []corev1.Capability{"NET_ADMIN", "NET_RAW"},
 			wantMounts:  bootMounts(true),
 			wantArgs:    []string{"--nftables-readiness-interval=1h"},
@@ -210,7 +214,7 @@ func TestRender(t *testing.T) {
 			wantKinds:  []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "Role", "Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 			wantCaps:   []corev1.Capability{"NET_ADMIN", "NET_RAW", "SYS_MODULE"},
 			wantMounts: bootMounts(false),
-			wantArgs:   []string{"--metrics-bind-address=0", "--health-probe-bind-address=:9474"},
+			wantArgs:   []string{"--metrics-bind-address=0", "--health-probe-bind-address=$(HOST_IP):9474"},
 		},
 		{
 			name:       "monitoring: ServiceMonitor, PrometheusRule, scheduler and interface",
@@ -919,5 +923,168 @@ func TestCleanupHookOnAPIServer(t *testing.T) {
 		if diff := cmp.Diff([]string{"Ready", "other.io/keep"}, left); diff != "" {
 			t.Errorf("node %s after cleanup (-want +got):\n%s", name, diff)
 		}
+	}
+}
+
+// TestMetricsEndpoint checks what the chart makes of the metrics values:
+// the listen addresses, HTTPS and its certificate, the review rules of the
+// agent, the reader ClusterRole and its binding, and the ServiceMonitor's
+// scheme, token and TLS settings.
+func TestMetricsEndpoint(t *testing.T) {
+	tests := []struct {
+		name           string
+		set            []string
+		wantArgs       []string
+		notWantArgs    []string
+		reviews        bool     // the agent's ClusterRole may create TokenReviews and SubjectAccessReviews
+		readerRole     bool     // ClusterRole ipvs-guard-metrics-reader
+		readerSubjects []string // namespace/name bound to it
+		tlsVolume      bool
+		monitor        string // the ServiceMonitor endpoint's scheme + tlsConfig, "" when none
+	}{
+		{
+			name:        "defaults: HTTPS on the node's IP, self-signed",
+			set:         []string{"metrics.serviceMonitor.enabled=true"},
+			wantArgs:    []string{"--metrics-bind-address=$(HOST_IP):9473", "--metrics-secure=true", "--health-probe-bind-address=$(HOST_IP):9474"},
+			notWantArgs: []string{"--metrics-tls-cert-file=/etc/ipvs-guard/metrics-tls/tls.crt"},
+			reviews:     true, readerRole: true,
+			monitor: "https /var/run/secrets/kubernetes.io/serviceaccount/token map[insecureSkipVerify:true]",
+		},
+		{
+			name: "a TLS Secret, readers, every interface",
+			set: []string{"metrics.tls.secretName=agent-tls", "metrics.readers[0].namespace=monitoring", "metrics.readers[0].name=prometheus-k8s",
+				"metrics.bindAddress=::", "health.bindAddress=10.0.0.1", "metrics.serviceMonitor.enabled=true",
+				"metrics.serviceMonitor.tlsConfig.serverName=ipvs-guard", "metrics.serviceMonitor.tlsConfig.ca.secret.name=agent-tls", "metrics.serviceMonitor.tlsConfig.ca.secret.key=ca.crt"},
+			wantArgs: []string{"--metrics-bind-address=[::]:9473", "--health-probe-bind-address=10.0.0.1:9474",
+				"--metrics-tls-cert-file=/etc/ipvs-guard/metrics-tls/tls.crt", "--metrics-tls-key-file=/etc/ipvs-guard/metrics-tls/tls.key"},
+			reviews: true, readerRole: true, readerSubjects: []string{"monitoring/prometheus-k8s"}, tlsVolume: true,
+			monitor: "https /var/run/secrets/kubernetes.io/serviceaccount/token map[ca:map[secret:map[key:ca.crt name:agent-tls]] serverName:ipvs-guard]",
+		},
+		{
+			name:        "plain HTTP: no reviews, no reader role, no TLS",
+			set:         []string{"metrics.secure=false", "metrics.tls.secretName=ignored", "metrics.serviceMonitor.enabled=true"},
+			wantArgs:    []string{"--metrics-secure=false"},
+			notWantArgs: []string{"--metrics-tls-cert-file=/etc/ipvs-guard/metrics-tls/tls.crt"},
+			monitor:     " <nil> map[]",
+		},
+		{
+			name:     "metrics off",
+			set:      []string{"metrics.enabled=false", "prometheusRule.enabled=false"},
+			wantArgs: []string{"--metrics-bind-address=0"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, stderr, err := render(t, tt.set...)
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, stderr)
+			}
+			objs := split(t, out)
+			pod := daemonSet(t, objs).Spec.Template.Spec
+			c := pod.Containers[0]
+			for _, a := range tt.wantArgs {
+				if !slices.Contains(c.Args, a) {
+					t.Errorf("args %q lack %q", c.Args, a)
+				}
+			}
+			for _, a := range tt.notWantArgs {
+				if slices.Contains(c.Args, a) {
+					t.Errorf("args %q contain %q", c.Args, a)
+				}
+			}
+			hostIP := false
+			for _, e := range c.Env {
+				if e.Name == "HOST_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.hostIP" {
+					hostIP = true
+				}
+			}
+			if !hostIP {
+				t.Error("HOST_IP does not come from the downward API status.hostIP")
+			}
+			var tlsVolume bool
+			for _, v := range pod.Volumes {
+				if v.Name == "metrics-tls" && v.Secret != nil {
+					tlsVolume = true
+				}
+			}
+			if tlsVolume != tt.tlsVolume {
+				t.Errorf("metrics-tls Secret volume %v, want %v", tlsVolume, tt.tlsVolume)
+			}
+			var reviews, readerRole bool
+			var subjects []string
+			monitor := ""
+			for _, o := range objs {
+				switch {
+				case o.kind == "ClusterRole" && o.name == "ipvs-guard":
+					var role rbacv1.ClusterRole
+					if err := yaml.UnmarshalStrict(o.raw, &role); err != nil {
+						t.Fatal(err)
+					}
+					for _, r := range role.Rules {
+						if slices.Contains(r.Resources, "tokenreviews") || slices.Contains(r.Resources, "subjectaccessreviews") {
+							if !slices.Equal(r.Verbs, []string{"create"}) {
+								t.Errorf("review rule %+v: verbs other than create", r)
+							}
+							reviews = true
+						}
+					}
+				case o.kind == "ClusterRole" && o.name == "ipvs-guard-metrics-reader":
+					var role rbacv1.ClusterRole
+					if err := yaml.UnmarshalStrict(o.raw, &role); err != nil {
+						t.Fatal(err)
+					}
+					want := []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}
+					if diff := cmp.Diff(want, role.Rules); diff != "" {
+						t.Errorf("metrics-reader rules (-want +got):\n%s", diff)
+					}
+					readerRole = true
+				case o.kind == "ClusterRoleBinding" && o.name == "ipvs-guard-metrics-reader":
+					var b rbacv1.ClusterRoleBinding
+					if err := yaml.UnmarshalStrict(o.raw, &b); err != nil {
+						t.Fatal(err)
+					}
+					if b.RoleRef.Name != "ipvs-guard-metrics-reader" {
+						t.Errorf("binding's role %q", b.RoleRef.Name)
+					}
+					for _, s := range b.Subjects {
+						subjects = append(subjects, s.Namespace+"/"+s.Name)
+					}
+				case o.kind == "ServiceMonitor":
+					var sm struct {
+						Spec struct {
+							Endpoints []struct {
+								Scheme          string         `json:"scheme"`
+								BearerTokenFile *string        `json:"bearerTokenFile"`
+								TLSConfig       map[string]any `json:"tlsConfig"`
+							} `json:"endpoints"`
+						} `json:"spec"`
+					}
+					if err := yaml.Unmarshal(o.raw, &sm); err != nil {
+						t.Fatal(err)
+					}
+					e := sm.Spec.Endpoints[0]
+					tok := "<nil>"
+					if e.BearerTokenFile != nil {
+						tok = *e.BearerTokenFile
+					}
+					if e.TLSConfig == nil {
+						e.TLSConfig = map[string]any{}
+					}
+					monitor = fmt.Sprintf("%s %s %v", e.Scheme, tok, e.TLSConfig)
+				}
+			}
+			if reviews != tt.reviews {
+				t.Errorf("agent may create reviews: %v, want %v", reviews, tt.reviews)
+			}
+			if readerRole != tt.readerRole {
+				t.Errorf("metrics-reader ClusterRole rendered: %v, want %v", readerRole, tt.readerRole)
+			}
+			if !slices.Equal(subjects, tt.readerSubjects) {
+				t.Errorf("metrics-reader bound to %v, want %v", subjects, tt.readerSubjects)
+			}
+			if monitor != tt.monitor {
+				t.Errorf("ServiceMonitor endpoint %q, want %q", monitor, tt.monitor)
+			}
+		})
 	}
 }

@@ -93,6 +93,7 @@ func generate(dir string) ([]byte, error) {
 	fmt.Fprintf(&b, "%s\n\n", c.Description)
 	fmt.Fprintf(&b, "Requires Kubernetes `%s`.\n\n", c.KubeVersion)
 	b.WriteString(usage)
+	b.WriteString(scraping)
 	if err := writeMetrics(&b); err != nil {
 		return nil, err
 	}
@@ -118,6 +119,18 @@ const usage = "## Installing\n\n" +
 	"`/etc/modules` gets an empty one, which declares nothing). `remediation.enabled=false` makes a\n" +
 	"report-only agent: no `SYS_MODULE`, no writable host mount. It is never privileged. A ValidatingAdmissionPolicy lets its\n" +
 	"ServiceAccount change only the Node its pod runs on.\n\n"
+
+const scraping = "## Scraping\n\n" +
+	"With `metrics.secure` (the default) each agent serves `/metrics` over HTTPS on the node's IP, port\n" +
+	"`metrics.port`, and lets a scrape through only with a bearer token the API server authenticates\n" +
+	"(TokenReview) for a user it authorizes to `get` the non-resource URL `/metrics` (SubjectAccessReview),\n" +
+	"as kube-rbac-proxy does; answers are cached 2 minutes per token and 5 minutes per authorization.\n" +
+	"No token: 401; a user without the permission: 403. The ClusterRole `<release>-metrics-reader`\n" +
+	"grants it: list the scraper's ServiceAccount in `metrics.readers` (kube-prometheus' Prometheus role\n" +
+	"already has it). The ServiceMonitor scrapes with `scheme: https`, Prometheus' own token and\n" +
+	"`insecureSkipVerify` (each agent's certificate is self-signed unless `metrics.tls.secretName` names\n" +
+	"a `kubernetes.io/tls` Secret). Health (`/healthz`, `/readyz`) stays plain HTTP on the node's IP,\n" +
+	"port `health.port`, for the kubelet's probes. `metrics.secure=false` serves plain HTTP to anyone.\n\n"
 
 // walk appends the documented keys under n (a mapping) in file order. A key
 // with a `# --` comment is a leaf of the table, whatever its value; a mapping

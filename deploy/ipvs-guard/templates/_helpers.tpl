@@ -76,3 +76,23 @@ usr-local-lib-modules-load-d: /usr/local/lib/modules-load.d
 usr-lib-modules-load-d: /usr/lib/modules-load.d
 lib-modules-load-d: /lib/modules-load.d
 {{- end }}
+
+{{/*
+A listen address host:port for the agent's flags: the given IP, else the
+node's IP ($(HOST_IP), expanded by the kubelet from status.hostIP; the
+binary brackets an IPv6 one). Call with (list bindAddress port).
+*/}}
+{{- define "ipvs-guard.listenAddress" -}}
+{{- $ip := index . 0 }}{{ $port := index . 1 }}
+{{- if not $ip }}$(HOST_IP):{{ $port }}
+{{- else if contains ":" $ip }}[{{ $ip }}]:{{ $port }}
+{{- else }}{{ $ip }}:{{ $port }}
+{{- end }}
+{{- end }}
+
+{{/*
+Whether the agents serve HTTPS metrics authorized by the API server.
+*/}}
+{{- define "ipvs-guard.metricsSecure" -}}
+{{- if and .Values.metrics.enabled .Values.metrics.secure }}true{{ end }}
+{{- end }}
