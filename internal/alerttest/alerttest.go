@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,12 +65,20 @@ type Options struct {
 	Interval time.Duration
 	// Targets are the agents.
 	Targets []Target
+	// Scheme is the agents' scheme: "https" scrapes with the token of
+	// BearerTokenFile, without verifying the agents' self-signed
+	// certificates (the chart's ServiceMonitor: scheme https,
+	// bearerTokenFile, insecureSkipVerify); "" is plain HTTP.
+	Scheme          string
+	BearerTokenFile string
 }
 
 // Stack is a running Prometheus + Alertmanager + webhook receiver.
 type Stack struct {
 	// PrometheusURL and AlertmanagerURL are the servers' base URLs.
 	PrometheusURL, AlertmanagerURL string
+	// RulesFile is Options.Rules.
+	RulesFile string
 	// Prometheus and Alertmanager are the processes.
 	Prometheus, Alertmanager *proc.Process
 
@@ -149,7 +158,7 @@ func StartServer(ctx context.Context, o Options) (*Stack, error) {
 	if o.Interval == 0 {
 		o.Interval = time.Second
 	}
-	s := &Stack{}
+	s := &Stack{RulesFile: o.Rules}
 	hl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -204,12 +213,10 @@ func StartServer(ctx context.Context, o Options) (*Stack, error) {
 		static = append(static, map[string]any{"targets": []string{t.Address}, "labels": map[string]string{"node": t.Node}})
 	}
 	promCfg := map[string]any{
-		"global":     map[string]any{"scrape_interval": o.Interval.String(), "evaluation_interval": o.Interval.String(), "scrape_timeout": o.Interval.String()},
-		"rule_files": []string{rules},
-		"alerting":   map[string]any{"alertmanagers": []any{map[string]any{"static_configs": []any{map[string]any{"targets": []string{amAddr}}}}}},
-		"scrape_configs": []any{map[string]any{
-			"job_name": "ipvs-guard", "static_configs": static,
-		}},
+		"global":         map[string]any{"scrape_interval": o.Interval.String(), "evaluation_interval": o.Interval.String(), "scrape_timeout": o.Interval.String()},
+		"rule_files":     []string{rules},
+		"alerting":       map[string]any{"alertmanagers": []any{map[string]any{"static_configs": []any{map[string]any{"targets": []string{amAddr}}}}}},
+		"scrape_configs": []any{scrapeConfig(o, static)},
 	}
 	promFile := filepath.Join(o.Dir, "prometheus.yml")
 	if err := writeYAML(promFile, promCfg); err != nil {
@@ -237,6 +244,76 @@ func StartServer(ctx context.Context, o Options) (*Stack, error) {
 		}
 	}
 	return s, nil
+}
+
+// scrapeConfig is the agents' scrape job.
+func scrapeConfig(o Options, static []any) map[string]any {
+	job := map[string]any{"job_name": "ipvs-guard", "static_configs": static}
+	if o.Scheme == "https" {
+		job["scheme"] = "https"
+		job["tls_config"] = map[string]any{"insecure_skip_verify": true}
+		if o.BearerTokenFile != "" {
+			job["authorization"] = map[string]any{"type": "Bearer", "credentials_file": o.BearerTokenFile}
+		}
+	}
+	return job
+}
+
+// Count returns how many series Prometheus's instant query expr returns.
+func (s *Stack) Count(ctx context.Context, expr string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.PrometheusURL+"/api/v1/query?query="+url.QueryEscape(expr), nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			Result []json.RawMessage `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return 0, fmt.Errorf("decoding Prometheus query: %w", err)
+	}
+	if body.Status != "success" {
+		return 0, fmt.Errorf("query %s: %s", expr, body.Error)
+	}
+	return len(body.Data.Result), nil
+}
+
+// ActiveTarget is a scrape target as Prometheus's /api/v1/targets lists it.
+type ActiveTarget struct {
+	ScrapeURL string            `json:"scrapeUrl"`
+	Health    string            `json:"health"`
+	LastError string            `json:"lastError"`
+	Labels    map[string]string `json:"labels"`
+}
+
+// Targets returns Prometheus's active scrape targets.
+func (s *Stack) Targets(ctx context.Context) ([]ActiveTarget, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.PrometheusURL+"/api/v1/targets?state=active", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Data struct {
+			ActiveTargets []ActiveTarget `json:"activeTargets"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return nil, fmt.Errorf("decoding Prometheus targets: %w", err)
+	}
+	return body.Data.ActiveTargets, nil
 }
 
 func writeYAML(path string, v any) error {

@@ -4,6 +4,7 @@ package ipvsguardtest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,11 +18,31 @@ import (
 
 // Scrape reads an agent's /metrics at url, bounded by ctx.
 func Scrape(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
+	return ScrapeWithToken(ctx, url, "")
+}
+
+// insecureClient scrapes an agent's HTTPS /metrics without verifying its
+// self-signed certificate, as the chart's ServiceMonitor does
+// (insecureSkipVerify).
+var insecureClient = &http.Client{Transport: &http.Transport{TLSClientConfig: InsecureTLS()}}
+
+// InsecureTLS is the TLS configuration of a test's scraper of an agent's
+// self-signed HTTPS endpoint: no verification.
+func InsecureTLS() *tls.Config {
+	return &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the agents' self-signed certificates
+}
+
+// ScrapeWithToken reads an agent's /metrics at url (http or https; the
+// certificate is not verified) with token as the bearer token, if any.
+func ScrapeWithToken(ctx context.Context, url, token string) (map[string]*dto.MetricFamily, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := insecureClient.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("scraping %s: %w", url, err)
 	}

@@ -449,8 +449,14 @@ func (e *e2e) startAgent(remediate bool) {
 		switch {
 		case a == "--remediate", strings.HasPrefix(a, "--resync-period="), strings.HasPrefix(a, "--kubeconfig="):
 			continue
+		case strings.HasPrefix(a, "--metrics-secure="):
+			// This tier scrapes /metrics over plain HTTP through QEMU's port
+			// forward; HTTPS scraping by a real Prometheus is the metallb tier's.
+			a = "--metrics-secure=false"
 		}
-		args = append(args, a)
+		// The kubelet expands $(HOST_IP) to the node's IP; QEMU's forward
+		// reaches the guest's user-network address, so every interface.
+		args = append(args, strings.ReplaceAll(a, "$(HOST_IP)", ""))
 	}
 	if len(args) == 0 || args[0] != "run" {
 		e.t.Fatalf("the DaemonSet's args do not start with run: %q", e.agent.args)

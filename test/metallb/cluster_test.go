@@ -18,8 +18,10 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -78,6 +80,10 @@ type cluster struct {
 	assigned map[netip.Addr]time.Time
 	// peers is the agents' peers Service, listing every node as the chart's would.
 	peers *peerstest.Peers
+	// scrapeToken is Prometheus' ServiceAccount token (monitoring/prometheus,
+	// bound to ipvs-guard-metrics-reader), in scrapeTokenFile too: the
+	// agents serve /metrics over HTTPS to it only.
+	scrapeToken, scrapeTokenFile string
 }
 
 func repoRoot(t testing.TB) string {
@@ -165,6 +171,7 @@ func newClusterGuest(t testing.TB, ctx context.Context, names, speakerNodes []st
 	for _, n := range names {
 		c.startAgent(n)
 	}
+	c.scrapeIdentity()
 	t.Cleanup(func() {
 		for _, a := range c.agents {
 			a.Stop(5 * time.Second)
@@ -439,11 +446,59 @@ func (c *cluster) waitFor(what string, timeout time.Duration, fn func() (bool, s
 	return ipvsguardtest.WaitFor(c.ctx, c.t, what, timeout, fn)
 }
 
-// scrape reads an agent's /metrics.
+// scrapeIdentity applies the shipped RBAC (deploy/rbac: the agent's
+// rules and the ClusterRole ipvs-guard-metrics-reader) and gives
+// Prometheus its identity as an operator would: ServiceAccount
+// monitoring/prometheus bound to ipvs-guard-metrics-reader, and its token.
+func (c *cluster) scrapeIdentity() {
+	c.t.Helper()
+	rbac := filepath.Join(repoRoot(c.t), "deploy", "rbac")
+	if err := c.srv.Apply(c.ctx, filepath.Join(rbac, "serviceaccount.yaml"), filepath.Join(rbac, "rbac.yaml")); err != nil {
+		c.t.Fatal(err)
+	}
+	c.scrapeToken = c.serviceAccountToken("monitoring", "prometheus")
+	if _, err := c.kube.RbacV1().ClusterRoleBindings().Create(c.ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "prometheus-ipvs-guard-metrics"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "ipvs-guard-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "monitoring", Name: "prometheus"}},
+	}, metav1.CreateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	c.scrapeTokenFile = filepath.Join(c.dir, "prometheus.token")
+	if err := os.WriteFile(c.scrapeTokenFile, []byte(c.scrapeToken), 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// serviceAccountToken creates ServiceAccount ns/name (and ns) if needed
+// and returns a token of it valid for the whole run.
+func (c *cluster) serviceAccountToken(ns, name string) string {
+	c.t.Helper()
+	if _, err := c.kube.CoreV1().Namespaces().Create(c.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		c.t.Fatal(err)
+	}
+	if _, err := c.kube.CoreV1().ServiceAccounts(ns).Create(c.ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		c.t.Fatal(err)
+	}
+	exp := int64(2 * 3600)
+	tr, err := c.kube.CoreV1().ServiceAccounts(ns).CreateToken(c.ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// metricsURL is node's agent's /metrics (HTTPS, the agents' default).
+func (c *cluster) metricsURL(node string) string {
+	return "https://" + net.JoinHostPort(c.ip(node).String(), fmt.Sprint(agentPort)) + "/metrics"
+}
+
+// scrape reads an agent's /metrics with Prometheus' token.
 func (c *cluster) scrape(node string) (map[string]*dto.MetricFamily, error) {
 	ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
 	defer cancel()
-	return ipvsguardtest.Scrape(ctx, fmt.Sprintf("http://%s:%d/metrics", c.ip(node), agentPort))
+	return ipvsguardtest.ScrapeWithToken(ctx, c.metricsURL(node), c.scrapeToken)
 }
 
 // arpResult returns the result label whose ipvs_guard_arp_probe_result
@@ -511,7 +566,7 @@ func (c *cluster) startAlerting(forDur time.Duration) {
 	}
 	c.alerts = alerttest.Start(c.t, alerttest.Options{
 		Dir: dir, Rules: filepath.Join(repoRoot(c.t), "deploy/ipvs-guard/files/alerts.yaml"),
-		For: forDur, Targets: targets,
+		For: forDur, Targets: targets, Scheme: "https", BearerTokenFile: c.scrapeTokenFile,
 	})
 }
 
