@@ -14,7 +14,7 @@ func TestBindAddress(t *testing.T) {
 		{in: "10.0.0.1:9473", want: "10.0.0.1:9473"},
 		{in: "[fd00::1]:9473", want: "[fd00::1]:9473"},
 		{in: "fd00::1:9473", want: "[fd00::1]:9473"}, // $(HOST_IP):9473 on an IPv6 node
-		{in: "::9473", bad: true}, // the address ::9473, no port
+		{in: "::9473", bad: true},                    // the address ::9473, no port
 		{in: "9473", bad: true},
 		{in: "10.0.0.1", bad: true},
 		{in: "fd00::1:99999", bad: true},
