@@ -397,11 +397,12 @@ func (c *ReadinessChecker) kubeProxy(ctx context.Context, r *report) {
 }
 
 // kube-proxy's defaults for the settings it reads from the active mode's
-// section (pkg/proxy/apis/config/v1alpha1/defaults.go): ipvs.syncPeriod
-// 30s and no ipvs.minSyncPeriod; nftables.syncPeriod 30s, minSyncPeriod 1s.
+// section (pkg/proxy/apis/config/v1alpha1/defaults.go; kube-proxy 1.37.1's
+// /configz in IPVS mode shows ipvs.minSyncPeriod 1s when unset): syncPeriod
+// 30s, minSyncPeriod 1s.
 const (
-	defaultSyncPeriod       = kubeproxy.Duration(30 * time.Second)
-	defaultNFTMinSyncPeriod = kubeproxy.Duration(time.Second)
+	defaultSyncPeriod    = kubeproxy.Duration(30 * time.Second)
+	defaultMinSyncPeriod = kubeproxy.Duration(time.Second)
 )
 
 // modeSettings reports the settings kube-proxy reads only from the active
@@ -419,7 +420,7 @@ func (c *ReadinessChecker) modeSettings(ctx context.Context, r *report, live kub
 		if p := live.IPVS.SyncPeriod; p != 0 && p != defaultSyncPeriod {
 			set = append(set, "ipvs-sync-period="+time.Duration(p).String())
 		}
-		if p := live.IPVS.MinSyncPeriod; p != 0 {
+		if p := live.IPVS.MinSyncPeriod; p != 0 && p != defaultMinSyncPeriod {
 			set = append(set, "ipvs-min-sync-period="+time.Duration(p).String())
 		}
 		if len(set) == 0 {
@@ -443,7 +444,7 @@ func (c *ReadinessChecker) modeSettings(ctx context.Context, r *report, live kub
 		lost = append(lost, fmt.Sprintf("ipvs.syncPeriod %s (nftables.syncPeriod unset: 30s)", time.Duration(p)))
 		steps = append(steps, "  syncPeriod: "+time.Duration(p).String())
 	}
-	if p := file.IPVS.MinSyncPeriod; p != 0 && file.NFTables.MinSyncPeriod == 0 && p != defaultNFTMinSyncPeriod {
+	if p := file.IPVS.MinSyncPeriod; p != 0 && file.NFTables.MinSyncPeriod == 0 && p != defaultMinSyncPeriod {
 		lost = append(lost, fmt.Sprintf("ipvs.minSyncPeriod %s (nftables.minSyncPeriod unset: 1s)", time.Duration(p)))
 		steps = append(steps, "  minSyncPeriod: "+time.Duration(p).String())
 	}

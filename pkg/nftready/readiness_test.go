@@ -260,7 +260,7 @@ func TestReadiness(t *testing.T) {
 		{name: "RKE2 with kube-proxy's default sync period", mod: func(c *ReadinessConfig) {
 			c.Distro = distro.RKE2
 			c.IPVS = fakeTable{}
-			c.KubeProxy = fakeKubeProxy{ver: "v1.37.1+rke2r1", cfg: kubeproxy.Config{Mode: "ipvs", IPVS: kubeproxy.IPVSConfig{SyncPeriod: kubeproxy.Duration(30 * time.Second)}}}
+			c.KubeProxy = fakeKubeProxy{ver: "v1.37.1+rke2r1", cfg: kubeproxy.Config{Mode: "ipvs", IPVS: kubeproxy.IPVSConfig{SyncPeriod: kubeproxy.Duration(30 * time.Second), MinSyncPeriod: kubeproxy.Duration(time.Second)}}}
 		}, wantStatus: check.StatusOK, want: []wantFinding{{KindKubeProxyVersion, SeverityInfo, "v1.37.1+rke2r1"}}},
 		{name: "NodePort virtual servers are kube-proxy's", mod: func(c *ReadinessConfig) {
 			nodePortSvc(c)
