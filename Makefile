@@ -102,11 +102,17 @@ test-kernels:
 bench-guest:
 	hack/guest/bench.sh
 
-## demo: the guest kernel: diagnose finds the missing IPVS modules, --fix repairs; then the agent in a cluster, as a timeline; then helm install on a real Debian node (kubelet + containerd), the pod's remediation and a reboot; then an ARP conflict on a MetalLB segment, named
+## demo: the main job in a few minutes: in a Debian kernel under QEMU diagnose finds the missing IPVS modules, --fix repairs them and systemd-modules-load keeps them; then the agent on a node of a real kube-apiserver: report-only it raises IPVSModulesMissing with an Event, remediating it loads and declares the module
 .PHONY: demo
 demo:
 	@hack/guest/demo.sh
 	@hack/e2e/run.sh --demo
+
+## demo-full: the whole tour: the guest kernel's diagnose and --fix; the agent's whole timeline next to a real kube-apiserver and kube-proxy; helm install on a real Debian node (kubelet + containerd), the pod's remediation and a reboot; then an ARP conflict on a MetalLB segment, named
+.PHONY: demo-full
+demo-full:
+	@hack/guest/demo.sh
+	@hack/e2e/run.sh --demo-full
 	@hack/test-node.sh --demo
 	@hack/metallb/test.sh --demo
 

@@ -5,6 +5,7 @@ package deploy_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -74,5 +75,50 @@ func TestEveryAlertLinksAnExistingRunbook(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("alerts.yaml has no alerts")
+	}
+}
+
+// TestEveryRunbookHasItsSections checks that every runbook page says what
+// the reason means, who loses what traffic (Impact, as kube-prometheus's
+// runbooks do), how to confirm it and how to fix it, in that order.
+func TestEveryRunbookHasItsSections(t *testing.T) {
+	pages, err := filepath.Glob(filepath.Join("..", "docs", "runbooks", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"## What it means", "## Impact", "## How to confirm", "## How to fix"}
+	n := 0
+	for _, p := range pages {
+		if filepath.Base(p) == "README.md" {
+			continue
+		}
+		n++
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		inFence := false
+		for _, line := range strings.Split(string(raw), "\n") {
+			if strings.HasPrefix(line, "```") {
+				inFence = !inFence
+			}
+			if !inFence && strings.HasPrefix(line, "## ") {
+				got = append(got, strings.TrimSpace(line))
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: sections %q, want %q", filepath.Base(p), got, want)
+			continue
+		}
+		// The Impact section says something.
+		body := string(raw)
+		impact := body[strings.Index(body, "## Impact")+len("## Impact") : strings.Index(body, "## How to confirm")]
+		if len(strings.Fields(impact)) < 8 {
+			t.Errorf("%s: the Impact section is empty or a stub: %q", filepath.Base(p), strings.TrimSpace(impact))
+		}
+	}
+	if n == 0 {
+		t.Fatal("no runbook pages found")
 	}
 }

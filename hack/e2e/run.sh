@@ -10,8 +10,10 @@
 # the API server and the guest's control endpoint, and asserts on the Node's
 # conditions, the Events and the agent's /metrics (forwarded to the host).
 #
-#   hack/e2e/run.sh            # the tier: go test -v output, exit code = verdict
-#   hack/e2e/run.sh --demo     # the same run told as a timeline for a newcomer
+#   hack/e2e/run.sh             # the tier: go test -v output, exit code = verdict
+#   hack/e2e/run.sh --demo      # make demo's short story, as a timeline: the modules found
+#                               # missing by a report-only agent, then fixed by remediation
+#   hack/e2e/run.sh --demo-full # the whole tier's run told as a timeline (make demo-full)
 #
 # Installs and caches what it needs on a fresh Debian 12 machine: etcd,
 # kube-apiserver and kube-proxy built from the module proxy (first time: about
@@ -22,7 +24,11 @@ cd "$REPO_ROOT"
 export IPVS_GUARD_CACHE=$CACHE_DIR
 
 demo=0
-[ "${1:-}" = --demo ] && demo=1
+story=full
+case "${1:-}" in
+--demo) demo=1 story=short ;;
+--demo-full) demo=1 ;;
+esac
 start=$SECONDS
 
 # say prints progress: to stderr normally, in plain words in the demo.
@@ -48,8 +54,12 @@ if [ "$demo" = 1 ]; then
  agent (started with the args of the shipped DaemonSet). Below: what happens, in
  seconds since the API server started, as seen on the API server.
  The first run builds kube-apiserver and kube-proxy from source (about 10 minutes on
- 2 cores) and is cached afterwards; a run then takes about 1.5 minutes.
+ 2 cores) and is cached afterwards.
 EOF
+	if [ "$story" = short ]; then
+		echo " The short story: a report-only agent finds the missing module, the remediating one fixes it."
+		echo " The whole timeline (LoadBalancer IPs, strict ARP, IPv6, a stall, the data plane): make demo-full."
+	fi
 fi
 
 K8S_VERSION=v1.37.1
@@ -104,7 +114,7 @@ test_args=(-test.run '^TestE2E$' -test.timeout 30m -test.count=1)
 [ "$demo" = 1 ] || test_args+=(-test.v)
 rc=0
 (cd test/e2e && E2E_GUEST_URL="http://127.0.0.1:$ctl_port" E2E_METRICS_URL="http://127.0.0.1:$metrics_port/metrics" \
-	E2E_ARTIFACTS="$run" "$run/e2e.test" "${test_args[@]}") || rc=$?
+	E2E_ARTIFACTS="$run" E2E_STORY="$story" "$run/e2e.test" "${test_args[@]}") || rc=$?
 
 # The test told the guest its verdict; the guest stops everything and powers off.
 guest_rc=0

@@ -20,16 +20,17 @@ nft_modules_load() {
 }
 
 # mg_kp_start MODE [ARGS...] restarts kube-proxy in MODE (ipvs or
-# nftables). kube-proxy gets kmod's modprobe on its PATH, as on a real node:
-# its IPVS cleanup (run when it starts in nftables mode) asks
-# `modprobe -va ip_vs` first and does nothing when that fails, and the
-# guest's PATH only has a tripwire modprobe. Prints the guest time of the
-# start.
+# nftables). kube-proxy gets kmod's modprobe on its PATH, as in the upstream
+# image kubeadm runs: its IPVS cleanup (run when it starts in nftables mode)
+# asks `modprobe -va ip_vs` first and does nothing when that fails, and the
+# guest's PATH only has a tripwire modprobe, which fails. MG_KP_PATH
+# replaces kube-proxy's PATH: MG_KP_PATH="$PATH" leaves it the tripwire only,
+# as RKE2's image, which has no modprobe. Prints the guest time of the start.
 mg_kp_start() {
 	mode=$1
 	shift
 	kp_stop >/dev/null
-	PATH=/usr/libexec/kmod:$PATH kp_start --kubeconfig="$E2E_RUN/node.kubeconfig" --proxy-mode="$mode" \
+	PATH=${MG_KP_PATH:-/usr/libexec/kmod:$PATH} kp_start --kubeconfig="$E2E_RUN/node.kubeconfig" --proxy-mode="$mode" \
 		--hostname-override=guest --metrics-bind-address=127.0.0.1:10249 "$@" >/dev/null || return 1
 	i=0
 	while [ ! -s "$E2E_RUN/kube-proxy.starts" ] && [ $i -lt 100 ]; do

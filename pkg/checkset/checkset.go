@@ -8,6 +8,7 @@ import (
 	"math"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 
@@ -151,6 +152,19 @@ func Build(ctx context.Context, cfg Config) ([]check.Checker, error) {
 		if cfg.Root.IsHost() {
 			prober = nftready.NetNSProber{}
 		}
+		// The kube-proxy ConfigMap's per-mode sections (kubeadm; RKE1 and
+		// RKE2 configure kube-proxy with flags and have no ConfigMap): one
+		// GET per readiness run.
+		var configFile func(context.Context) (kubeproxy.Config, error)
+		if c := cfg.Cluster; c != nil && c.Client != nil && s.distro != distro.RKE2 && s.distro != distro.RKE1 {
+			configFile = func(ctx context.Context) (kubeproxy.Config, error) {
+				fc, err := kubeproxy.ConfigMapConfig(ctx, c.Client)
+				if apierrors.IsNotFound(err) {
+					return kubeproxy.Config{}, nil // no ConfigMap: kube-proxy is configured otherwise
+				}
+				return fc, err
+			}
+		}
 		var c check.Checker = nftready.NewReadinessChecker(nftready.ReadinessConfig{
 			Host:            nftready.HostSources(cfg.Root),
 			Prober:          prober,
@@ -161,6 +175,7 @@ func Build(ctx context.Context, cfg Config) ([]check.Checker, error) {
 			Cluster:         s.services,
 			NodeName:        cfg.NodeName,
 			Distro:          s.distro,
+			ConfigFile:      configFile,
 		})
 		if cfg.ReadinessInterval > 0 {
 			c = check.NewEvery(c, cfg.ReadinessInterval, nil)

@@ -69,11 +69,15 @@ func (d Distro) KubeProxyRemediation(s KubeProxySettings) []check.Step {
 	}
 	switch d {
 	case RKE2:
-		step := check.Step{"RKE2: add to /etc/rancher/rke2/config.yaml on every server node (editing the kube-proxy static pod manifest is reverted on restart):", "kube-proxy-arg:"}
+		// Servers and agents each read kube-proxy-arg from their own
+		// config file (rancher/rke2 pkg/cli/cmds/server.go and agent.go
+		// both copy k3s's kube-proxy-arg flag), so the edit goes on every
+		// node that runs kube-proxy, agents included.
+		step := check.Step{"RKE2: add to /etc/rancher/rke2/config.yaml on this node, and on every other node that should run kube-proxy this way: servers and agents each read kube-proxy-arg from their own config.yaml (an edit of the kube-proxy static pod manifest is reverted on restart):", "kube-proxy-arg:"}
 		for _, f := range flags {
 			step = append(step, "  - "+f)
 		}
-		return []check.Step{step, {"then restart: systemctl restart rke2-server (or rke2-agent on agents)"}}
+		return []check.Step{step, {"then restart RKE2 on that node: systemctl restart rke2-server on a server, systemctl restart rke2-agent on an agent"}}
 	case RKE1:
 		step := check.Step{"RKE1: set in cluster.yml, then run rke up:", "services:", "  kubeproxy:", "    extra_args:"}
 		for _, f := range flags {
@@ -90,5 +94,34 @@ func (d Distro) KubeProxyRemediation(s KubeProxySettings) []check.Step {
 			step = append(step, "  strictARP: true")
 		}
 		return []check.Step{step, {"then: kubectl -n kube-system rollout restart daemonset kube-proxy"}}
+	}
+}
+
+// RKE2Crictl is RKE2's own crictl with the configuration that points it at
+// RKE2's containerd; a crictl from the distribution's packages talks to
+// another socket. Source: rancher/rke2 pkg/cli/cmds/completion.go (the
+// CRI_CONFIG_FILE it exports) and its bin directory.
+const RKE2Crictl = "CRI_CONFIG_FILE=/var/lib/rancher/rke2/agent/etc/crictl.yaml /var/lib/rancher/rke2/bin/crictl"
+
+// KubeProxyRestart returns the step that restarts kube-proxy on one node,
+// as root on that node (RKE2, RKE1) or with kubectl (kubeadm); why says
+// what to do after, e.g. "read its log for the sync that hangs or fails".
+// An unknown distribution gets the RKE2 and kubeadm ways.
+func (d Distro) KubeProxyRestart(why string) check.Step {
+	rke2 := "RKE2 (as root on the node; kubelet starts the static pod's container again): " + RKE2Crictl + " rm -f $(" + RKE2Crictl + " ps -q --name kube-proxy)"
+	kubeadm := "kubeadm: kubectl -n kube-system delete pod -l k8s-app=kube-proxy --field-selector spec.nodeName=<node>"
+	head := "Restart kube-proxy on this node"
+	if why != "" {
+		head += " and " + why
+	}
+	switch d {
+	case RKE2:
+		return check.Step{head + ":", rke2}
+	case RKE1:
+		return check.Step{head + ":", "RKE1 (as root on the node): docker restart kube-proxy"}
+	case Kubeadm:
+		return check.Step{head + ":", kubeadm}
+	default:
+		return check.Step{head + ":", rke2, kubeadm}
 	}
 }

@@ -46,13 +46,18 @@ func TestDetect(t *testing.T) {
 func TestKubeProxyRemediation(t *testing.T) {
 	s := KubeProxySettings{Scheduler: "lc", StrictARP: true}
 	tests := []struct {
-		d    Distro
-		want []string
+		d      Distro
+		want   []string
+		wantNo []string
 	}{
-		{RKE2, []string{"/etc/rancher/rke2/config.yaml", "kube-proxy-arg:", "  - proxy-mode=ipvs", "  - ipvs-scheduler=lc", "  - ipvs-strict-arp=true"}},
-		{RKE1, []string{"cluster.yml", "extra_args:", `proxy-mode: "ipvs"`, `ipvs-scheduler: "lc"`, `ipvs-strict-arp: "true"`}},
-		{Kubeadm, []string{"configmap kube-proxy", "mode: ipvs", "  scheduler: lc", "  strictARP: true"}},
-		{Unknown, []string{"configmap kube-proxy", "mode: ipvs"}},
+		// kube-proxy-arg is read from each node's own config.yaml, agents
+		// included (rancher/rke2 pkg/cli/cmds/agent.go copies the flag):
+		// "on every server node" would leave the agents in the old mode.
+		{RKE2, []string{"/etc/rancher/rke2/config.yaml on this node", "servers and agents each read kube-proxy-arg from their own config.yaml", "kube-proxy-arg:", "  - proxy-mode=ipvs", "  - ipvs-scheduler=lc", "  - ipvs-strict-arp=true", "rke2-agent on an agent"},
+			[]string{"every server node"}},
+		{RKE1, []string{"cluster.yml", "extra_args:", `proxy-mode: "ipvs"`, `ipvs-scheduler: "lc"`, `ipvs-strict-arp: "true"`}, nil},
+		{Kubeadm, []string{"configmap kube-proxy", "mode: ipvs", "  scheduler: lc", "  strictARP: true"}, nil},
+		{Unknown, []string{"configmap kube-proxy", "mode: ipvs"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.d), func(t *testing.T) {
@@ -61,6 +66,46 @@ func TestKubeProxyRemediation(t *testing.T) {
 				if !strings.Contains(got, w) {
 					t.Errorf("remediation for %s lacks %q:\n%s", tt.d, w, got)
 				}
+			}
+			for _, w := range tt.wantNo {
+				if strings.Contains(got, w) {
+					t.Errorf("remediation for %s says %q:\n%s", tt.d, w, got)
+				}
+			}
+		})
+	}
+}
+
+func TestKubeProxyRestart(t *testing.T) {
+	// RKE2's crictl is not on PATH and a packaged crictl talks to another
+	// socket: the step names RKE2's binary and its configuration.
+	rke2 := "CRI_CONFIG_FILE=/var/lib/rancher/rke2/agent/etc/crictl.yaml /var/lib/rancher/rke2/bin/crictl rm -f $(CRI_CONFIG_FILE=/var/lib/rancher/rke2/agent/etc/crictl.yaml /var/lib/rancher/rke2/bin/crictl ps -q --name kube-proxy)"
+	kubeadm := "kubectl -n kube-system delete pod -l k8s-app=kube-proxy --field-selector spec.nodeName=<node>"
+	tests := []struct {
+		d      Distro
+		want   []string
+		wantNo []string
+	}{
+		{RKE2, []string{"Restart kube-proxy on this node and read its log:", rke2}, []string{kubeadm}},
+		{RKE1, []string{"docker restart kube-proxy"}, []string{"crictl", kubeadm}},
+		{Kubeadm, []string{kubeadm}, []string{"crictl"}},
+		{Unknown, []string{rke2, kubeadm}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.d), func(t *testing.T) {
+			got := tt.d.KubeProxyRestart("read its log").String()
+			for _, w := range tt.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("restart for %s lacks %q:\n%s", tt.d, w, got)
+				}
+			}
+			for _, w := range tt.wantNo {
+				if strings.Contains(got, w) {
+					t.Errorf("restart for %s says %q:\n%s", tt.d, w, got)
+				}
+			}
+			if strings.Contains(got, "crictl rm") && !strings.Contains(got, "/var/lib/rancher/rke2/bin/crictl rm") {
+				t.Errorf("restart for %s runs a crictl that is not RKE2's:\n%s", tt.d, got)
 			}
 		})
 	}

@@ -174,12 +174,22 @@ func TestConntrack(t *testing.T) {
 		wantStatus check.Status
 		wantReason string
 		wantAdv    bool
+		// rke2 and kubeadm add the distribution's marker to the tree.
+		rke2, kubeadm      bool
+		wantFix, wantNoFix []string
 	}{
 		{name: "quiet", count: "1200", max: "262144", wantStatus: check.StatusOK, wantReason: ReasonConntrackOK},
 		{name: "just below 90%", count: "899", max: "1000", wantStatus: check.StatusOK, wantReason: ReasonConntrackOK},
 		{name: "nearly full", count: "950", max: "1000", wantStatus: check.StatusOK, wantReason: ReasonConntrackNearlyFull, wantAdv: true},
 		{name: "full", count: "1000", max: "1000", wantStatus: check.StatusProblem, wantReason: ReasonConntrackFull, wantAdv: true},
 		{name: "nf_conntrack not loaded", absent: true, wantStatus: check.StatusSkipped, wantReason: ReasonConntrackNotLoaded},
+		// RKE2 runs kube-proxy with conntrack-max-per-core=0: the limit is
+		// the OS's, kept by a sysctl.d file, not by kube-proxy's settings.
+		{name: "full on RKE2: a sysctl.d file keeps the limit", count: "1000", max: "1000", rke2: true, wantStatus: check.StatusProblem, wantReason: ReasonConntrackFull, wantAdv: true,
+			wantFix:   []string{"sysctl -w net.netfilter.nf_conntrack_max=2000", "conntrack-max-per-core=0", "echo 'net.netfilter.nf_conntrack_max = 2000' > /etc/sysctl.d/90-nf-conntrack.conf"},
+			wantNoFix: []string{"conntrack.maxPerCore"}},
+		{name: "nearly full on kubeadm: kube-proxy's settings keep it", count: "950", max: "1000", kubeadm: true, wantStatus: check.StatusOK, wantReason: ReasonConntrackNearlyFull, wantAdv: true,
+			wantFix: []string{"conntrack.maxPerCore × CPUs", "a sysctl.d value is overwritten"}, wantNoFix: []string{"/etc/sysctl.d/90-nf-conntrack.conf"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -188,9 +198,26 @@ func TestConntrack(t *testing.T) {
 				files["proc/sys/net/netfilter/nf_conntrack_count"] = tc.count + "\n"
 				files["proc/sys/net/netfilter/nf_conntrack_max"] = tc.max + "\n"
 			}
+			if tc.rke2 {
+				files["etc/rancher/rke2/config.yaml"] = "kube-proxy-arg:\n  - proxy-mode=ipvs\n"
+			}
+			if tc.kubeadm {
+				files["var/lib/kubelet/kubeadm-flags.env"] = "KUBELET_KUBEADM_ARGS=\"\"\n"
+			}
 			res, err := NewConntrackChecker(hostTree(t, files)).Run(context.Background())
 			if err != nil {
 				t.Fatal(err)
+			}
+			fix := check.JoinSteps(res.Remediation, "\n")
+			for _, w := range tc.wantFix {
+				if !strings.Contains(fix, w) {
+					t.Errorf("remediation lacks %q:\n%s", w, fix)
+				}
+			}
+			for _, w := range tc.wantNoFix {
+				if strings.Contains(fix, w) {
+					t.Errorf("remediation says %q:\n%s", w, fix)
+				}
 			}
 			if res.Status != tc.wantStatus || res.Reason != tc.wantReason {
 				t.Fatalf("got %s/%s (%s), want %s/%s", res.Status, res.Reason, res.Message, tc.wantStatus, tc.wantReason)

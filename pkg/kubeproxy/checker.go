@@ -207,13 +207,13 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	case !link.Exists:
 		res.Status, res.Reason = check.StatusProblem, ReasonKubeIPVS0Missing
 		res.Message = "kube-proxy runs in IPVS mode but the kube-ipvs0 dummy interface does not exist: kube-proxy cannot bind Service and LoadBalancer IPs (restart kube-proxy on this node and read its log)"
-		res.Remediation = check.Steps("restart kube-proxy on this node and read its log for errors creating kube-ipvs0 (the dummy module must be available)")
+		res.Remediation = []check.Step{c.cfg.Distro.KubeProxyRestart("read its log for errors creating kube-ipvs0 (the dummy module must be available)")}
 	default:
 		sync, stale := c.syncResult(ctx, cfg, cfgErr, metrics, metricsErr)
 		res.Findings = append(res.Findings, sync...)
 		if stale != "" {
 			res.Status, res.Reason, res.Message = check.StatusProblem, ReasonSyncStale, stale
-			res.Remediation = check.Steps("restart kube-proxy on this node (RKE2: `crictl rm -f $(crictl ps -q --name kube-proxy)`; kubeadm: delete its kube-proxy pod) and read its log for the sync that hangs or fails")
+			res.Remediation = []check.Step{c.cfg.Distro.KubeProxyRestart("read its log for the sync that hangs or fails")}
 			break
 		}
 		res.Status, res.Reason = check.StatusOK, ReasonIPVSMode

@@ -48,6 +48,24 @@ type Config struct {
 	// SyncPeriod is the internal struct's sync period (up to Kubernetes
 	// 1.35's /configz); from 1.36 it is IPVS.SyncPeriod in IPVS mode.
 	SyncPeriod Duration `json:"syncPeriod"`
+	// IPTables is the iptables section: in IPVS mode kube-proxy reads
+	// masqueradeAll from it (pkg/proxy/apis/config/v1alpha1/conversion.go).
+	IPTables ModeConfig `json:"iptables"`
+	// NFTables is the nftables section: nftables mode reads syncPeriod,
+	// minSyncPeriod and masqueradeAll from it, and from nowhere else.
+	NFTables ModeConfig `json:"nftables"`
+}
+
+// ModeConfig is what kube-proxy reads from the section of the mode it runs
+// in (v1alpha1): the other sections' values are ignored, so a move to
+// another mode resets them to that section's.
+type ModeConfig struct {
+	// SyncPeriod is the period of full syncs (0: unset).
+	SyncPeriod Duration `json:"syncPeriod"`
+	// MinSyncPeriod is the shortest time between syncs (0: unset).
+	MinSyncPeriod Duration `json:"minSyncPeriod"`
+	// MasqueradeAll SNATs all traffic sent through Service IPs.
+	MasqueradeAll bool `json:"masqueradeAll"`
 }
 
 // IPVSConfig is kube-proxy's IPVS configuration.
@@ -61,6 +79,9 @@ type IPVSConfig struct {
 	ExcludeCIDRs []string `json:"excludeCIDRs"`
 	// SyncPeriod is the IPVS proxier's --ipvs-sync-period (0: unknown).
 	SyncPeriod Duration `json:"syncPeriod"`
+	// MinSyncPeriod is the IPVS proxier's --ipvs-min-sync-period (0:
+	// unset or unknown).
+	MinSyncPeriod Duration `json:"minSyncPeriod"`
 	// TCPTimeout is the IPVS TCP session timeout kube-proxy sets (0
 	// leaves the kernel's).
 	TCPTimeout Duration `json:"tcpTimeout"`

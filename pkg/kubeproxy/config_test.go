@@ -23,22 +23,22 @@ func TestParseConfigz(t *testing.T) {
 		{
 			name: "1.37.1 v1alpha1 lc (real capture)",
 			file: "testdata/configz-ipvs-lc.json",
-			want: Config{Mode: "ipvs", IPVS: IPVSConfig{Scheduler: "lc", StrictARP: true, SyncPeriod: Duration(30 * time.Second)}, HostnameOverride: "vm-node-1", MetricsBindAddress: "127.0.0.1:10249", HealthzBindAddress: "0.0.0.0:10256"},
+			want: Config{Mode: "ipvs", IPVS: IPVSConfig{Scheduler: "lc", StrictARP: true, SyncPeriod: Duration(30 * time.Second), MinSyncPeriod: Duration(time.Second)}, HostnameOverride: "vm-node-1", MetricsBindAddress: "127.0.0.1:10249", HealthzBindAddress: "0.0.0.0:10256"},
 		},
 		{
 			name: "1.37.1 v1alpha1 rr (real capture)",
 			file: "testdata/configz-ipvs-rr.json",
-			want: Config{Mode: "ipvs", IPVS: IPVSConfig{Scheduler: "rr", StrictARP: true, SyncPeriod: Duration(30 * time.Second)}, HostnameOverride: "vm-node-1", MetricsBindAddress: "127.0.0.1:10249", HealthzBindAddress: "0.0.0.0:10256"},
+			want: Config{Mode: "ipvs", IPVS: IPVSConfig{Scheduler: "rr", StrictARP: true, SyncPeriod: Duration(30 * time.Second), MinSyncPeriod: Duration(time.Second)}, HostnameOverride: "vm-node-1", MetricsBindAddress: "127.0.0.1:10249", HealthzBindAddress: "0.0.0.0:10256"},
 		},
 		{
 			name: "1.30 internal struct with Go field names",
 			file: "testdata/configz-1.30-internal.json",
-			want: Config{Mode: "ipvs", IPVS: IPVSConfig{Scheduler: "wrr", StrictARP: false, SyncPeriod: Duration(30 * time.Second)}, HostnameOverride: "rke2-node-1", ClusterCIDR: "10.42.0.0/16", MetricsBindAddress: "127.0.0.1:10249", HealthzBindAddress: "0.0.0.0:10256"},
+			want: Config{Mode: "ipvs", IPVS: IPVSConfig{Scheduler: "wrr", StrictARP: false, SyncPeriod: Duration(30 * time.Second)}, HostnameOverride: "rke2-node-1", ClusterCIDR: "10.42.0.0/16", IPTables: ModeConfig{SyncPeriod: Duration(30 * time.Second), MinSyncPeriod: Duration(time.Second)}, MetricsBindAddress: "127.0.0.1:10249", HealthzBindAddress: "0.0.0.0:10256"},
 		},
 		{
 			name: "iptables mode",
 			file: "testdata/configz-iptables.json",
-			want: Config{Mode: "iptables", IPVS: IPVSConfig{Scheduler: "rr", StrictARP: true, SyncPeriod: Duration(30 * time.Second)}, HostnameOverride: "vm-node-1", MetricsBindAddress: "127.0.0.1:10249", HealthzBindAddress: "0.0.0.0:10256"},
+			want: Config{Mode: "iptables", IPVS: IPVSConfig{Scheduler: "rr", StrictARP: true, SyncPeriod: Duration(30 * time.Second), MinSyncPeriod: Duration(time.Second)}, HostnameOverride: "vm-node-1", MetricsBindAddress: "127.0.0.1:10249", HealthzBindAddress: "0.0.0.0:10256"},
 		},
 		{name: "other component's configz", body: `{"kubeletconfig":{}}`, wantErr: ErrNoConfig},
 		{name: "null config", body: `{"kubeproxy.config.k8s.io":null}`, wantErr: ErrNoConfig},

@@ -280,7 +280,7 @@ func (c *Checker) silentStall(ctx context.Context, err error) *check.Result {
 	return &check.Result{Name: c.Name(), Status: check.StatusProblem, Reason: ReasonSyncStale, Findings: findings,
 		Message: fmt.Sprintf("kube-proxy accepts connections on %s but has not answered since %s (stopped or hung) and has not synced IPVS rules since %s (%s when detected), longer than its health timeout of %s: Services and endpoints changed since are not in the IPVS table (restart kube-proxy on this node and read its log)",
 			c.cfg.Client.Address(), answered.UTC().Format(time.RFC3339), oldest.UTC().Format(time.RFC3339), d.Round(time.Second), timeout),
-		Remediation: check.Steps("restart kube-proxy on this node (RKE2: `crictl rm -f $(crictl ps -q --name kube-proxy)`; kubeadm: delete its kube-proxy pod) and read its log for the sync that hangs or fails")}
+		Remediation: []check.Step{c.cfg.Distro.KubeProxyRestart("read its log for the sync that hangs or fails")}}
 }
 
 // silent reports whether err is a request that timed out (or was not sent

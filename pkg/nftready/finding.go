@@ -42,8 +42,15 @@ const (
 	KindExcludeCIDRs = "exclude-cidrs"
 	// KindStrictARP: ipvs.strictARP, meaningless in nftables mode.
 	KindStrictARP = "strict-arp"
-	// KindForeignVirtualServer: a virtual server of no Service, deleted by kube-proxy at the switch.
+	// KindForeignVirtualServer: a virtual server of no Service, deleted by kube-proxy at the switch
+	// where its image has modprobe (kubeadm), kept where it has not (RKE2).
 	KindForeignVirtualServer = "foreign-virtual-server"
+	// KindSwitchCleanup: what kube-proxy's IPVS cleanup removes at the switch on this node
+	// (kubeadm: virtual servers, kube-ipvs0, chains, ipsets) or leaves (RKE2: everything).
+	KindSwitchCleanup = "switch-cleanup"
+	// KindModeSettings: syncPeriod, minSyncPeriod or masqueradeAll, which kube-proxy reads
+	// from the active mode's section only, set for IPVS mode and not for nftables mode.
+	KindModeSettings = "mode-settings"
 	// KindNodePortAddress: connections to a NodePort on an address that is not primary.
 	KindNodePortAddress = "nodeport-address"
 	// KindServiceIPNotLocal: Service IPs on kube-ipvs0, which stop being local addresses.

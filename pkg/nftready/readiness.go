@@ -100,8 +100,13 @@ type ReadinessConfig struct {
 	Cluster ipvscheck.Cluster
 	// NodeName is this node's name.
 	NodeName string
-	// Distro words the steps (RKE2's gated releases).
+	// Distro words the steps (RKE2's gated releases) and tells what
+	// kube-proxy's IPVS cleanup removes at the switch.
 	Distro distro.Distro
+	// ConfigFile reads kube-proxy's configuration as the operator wrote
+	// it (kubeadm's kube-proxy ConfigMap), whose per-mode sections
+	// /configz does not show; nil leaves them out.
+	ConfigFile func(ctx context.Context) (kubeproxy.Config, error)
 }
 
 // ReadinessChecker is the nftables-readiness check.
@@ -119,6 +124,8 @@ func (c *ReadinessChecker) Name() string { return check.NameNFTablesReadiness }
 type report struct {
 	findings []Finding
 	steps    []check.Step
+	// rke2 is set when the node or kube-proxy's version says RKE2.
+	rke2 bool
 }
 
 func (r *report) add(kind, sev, object, msg string, steps ...check.Step) {
@@ -129,7 +136,7 @@ func (r *report) add(kind, sev, object, msg string, steps ...check.Step) {
 // Run implements check.Checker. Nothing it reads failing stops the report:
 // what could not be read is an info finding naming the error.
 func (c *ReadinessChecker) Run(ctx context.Context) (check.Result, error) {
-	var r report
+	r := report{rke2: c.cfg.Distro == distro.RKE2}
 	c.kernel(ctx, &r)
 	c.kubeProxy(ctx, &r)
 	links := c.links(&r)
@@ -380,26 +387,95 @@ func (c *ReadinessChecker) kubeProxy(ctx context.Context, r *report) {
 	}
 	if len(cfg.IPVS.ExcludeCIDRs) > 0 {
 		obj := strings.Join(cfg.IPVS.ExcludeCIDRs, ",")
-		r.add(KindExcludeCIDRs, SeverityChange, obj, fmt.Sprintf("kube-proxy's ipvs.excludeCIDRs is %s; nftables mode has no such setting, and its IPVS cleanup at the switch flushes every virtual server, those in these CIDRs too", obj),
+		r.add(KindExcludeCIDRs, SeverityChange, obj, fmt.Sprintf("kube-proxy's ipvs.excludeCIDRs is %s; nftables mode has no such setting, and %s", obj, c.cleanup(r).excluded()),
 			check.Step{fmt.Sprintf("Move whatever owns virtual servers in %s off IPVS, or out of this node, before the switch.", obj)})
 	}
 	if cfg.IPVS.StrictARP {
 		r.add(KindStrictARP, SeverityInfo, "strictARP", "kube-proxy's ipvs.strictARP is on; it means nothing in nftables mode (LoadBalancer IPs sit on no interface, MetalLB in L2 mode needs nothing from kube-proxy), and the arp_ignore=1/arp_announce=2 it set stay until changed")
 	}
+	c.modeSettings(ctx, r, cfg)
+}
+
+// kube-proxy's defaults for the settings it reads from the active mode's
+// section (pkg/proxy/apis/config/v1alpha1/defaults.go; kube-proxy 1.37.1's
+// /configz in IPVS mode shows ipvs.minSyncPeriod 1s when unset): syncPeriod
+// 30s, minSyncPeriod 1s.
+const (
+	defaultSyncPeriod    = kubeproxy.Duration(30 * time.Second)
+	defaultMinSyncPeriod = kubeproxy.Duration(time.Second)
+)
+
+// modeSettings reports the settings kube-proxy reads only from the active
+// mode's section (pkg/proxy/apis/config/v1alpha1/conversion.go: syncPeriod
+// and minSyncPeriod from ipvs / nftables / iptables, masqueradeAll from
+// nftables in nftables mode and from iptables otherwise) that the move
+// silently resets: with a configuration file (kubeadm's ConfigMap), those
+// its ipvs (or iptables) section sets and its nftables section does not;
+// on RKE2 (flags only), --ipvs-sync-period and --ipvs-min-sync-period,
+// which kube-proxy applies in IPVS mode only (cmd/kube-proxy/app/options.go
+// processV1Alpha1Flags).
+func (c *ReadinessChecker) modeSettings(ctx context.Context, r *report, live kubeproxy.Config) {
+	if r.rke2 {
+		var set []string
+		if p := live.IPVS.SyncPeriod; p != 0 && p != defaultSyncPeriod {
+			set = append(set, "ipvs-sync-period="+time.Duration(p).String())
+		}
+		if p := live.IPVS.MinSyncPeriod; p != 0 && p != defaultMinSyncPeriod {
+			set = append(set, "ipvs-min-sync-period="+time.Duration(p).String())
+		}
+		if len(set) == 0 {
+			return
+		}
+		obj := strings.Join(set, ",")
+		r.add(KindModeSettings, SeverityChange, obj, fmt.Sprintf("kube-proxy runs with %s; in nftables mode kube-proxy ignores the ipvs-* sync flags and uses iptables-sync-period / iptables-min-sync-period (default 30s / 1s)", strings.Join(set, ", ")),
+			check.Step{"Replace " + strings.Join(set, ", ") + " in kube-proxy-arg with the same values as iptables-sync-period= / iptables-min-sync-period= (nftables mode reads those), or drop them for the defaults."})
+		return
+	}
+	if c.cfg.ConfigFile == nil {
+		return
+	}
+	file, err := c.cfg.ConfigFile(ctx)
+	if err != nil {
+		r.add(KindModeSettings, SeverityInfo, "", fmt.Sprintf("kube-proxy's configuration file not read (%v): the settings kube-proxy reads only from the active mode's section (syncPeriod, minSyncPeriod, masqueradeAll) are not compared", err))
+		return
+	}
+	var lost, steps []string
+	if p := file.IPVS.SyncPeriod; p != 0 && file.NFTables.SyncPeriod == 0 && p != defaultSyncPeriod {
+		lost = append(lost, fmt.Sprintf("ipvs.syncPeriod %s (nftables.syncPeriod unset: 30s)", time.Duration(p)))
+		steps = append(steps, "  syncPeriod: "+time.Duration(p).String())
+	}
+	if p := file.IPVS.MinSyncPeriod; p != 0 && file.NFTables.MinSyncPeriod == 0 && p != defaultMinSyncPeriod {
+		lost = append(lost, fmt.Sprintf("ipvs.minSyncPeriod %s (nftables.minSyncPeriod unset: 1s)", time.Duration(p)))
+		steps = append(steps, "  minSyncPeriod: "+time.Duration(p).String())
+	}
+	if file.IPTables.MasqueradeAll && !file.NFTables.MasqueradeAll {
+		lost = append(lost, "iptables.masqueradeAll true, which IPVS mode reads (nftables.masqueradeAll unset: false)")
+		steps = append(steps, "  masqueradeAll: true")
+	}
+	if len(lost) == 0 {
+		return
+	}
+	r.add(KindModeSettings, SeverityChange, "nftables", fmt.Sprintf("kube-proxy reads syncPeriod, minSyncPeriod and masqueradeAll only from the active mode's section, and the configuration sets %s: the move to nftables mode silently resets them", strings.Join(lost, "; ")),
+		check.Step(append([]string{"Copy them into the nftables section of the kube-proxy configuration (kubectl -n kube-system edit configmap kube-proxy, config.conf) with the switch:", "nftables:"}, steps...)))
 }
 
 // version judges kube-proxy's version.
 func (c *ReadinessChecker) version(r *report, v kubeproxy.Version) {
-	rke2 := c.cfg.Distro == distro.RKE2 || strings.Contains(v.GitVersion, "+rke2")
-	if rke2 {
+	if strings.Contains(v.GitVersion, "+rke2") {
+		r.rke2 = true
+	}
+	if r.rke2 {
 		patch, _ := patchOf(v.GitVersion)
 		gate, gated := rke2Gates[v.Minor]
 		switch {
 		case v.Major == 1 && v.Minor > rke2LastGated:
 		case gated && patch >= gate: // every rke2rN of the gated patch
 		default:
-			r.add(KindKubeProxyVersion, SeverityBlocker, v.GitVersion, fmt.Sprintf("RKE2 %s does not offer kube-proxy's nftables mode; it does from v1.34.10+rke2r1, v1.35.7+rke2r1 and v1.36.3+rke2r1 (experimental)", v.GitVersion),
-				check.Step{"Upgrade RKE2 to v1.34.10+rke2r1, v1.35.7+rke2r1, v1.36.3+rke2r1 or newer before setting kube-proxy-arg: [proxy-mode=nftables]."})
+			// RKE2 passes kube-proxy-arg through whatever its release:
+			// the releases are a support statement, not a refusal, so
+			// this is worth knowing, not a blocker.
+			r.add(KindKubeProxyVersion, SeverityInfo, v.GitVersion, fmt.Sprintf("RKE2 %s passes proxy-mode=nftables to kube-proxy, but RKE2 documents kube-proxy's nftables mode as supported (experimental) only from v1.34.10+rke2r1, v1.35.7+rke2r1 and v1.36.3+rke2r1", v.GitVersion),
+				check.Step{"Prefer upgrading RKE2 to v1.34.10+rke2r1, v1.35.7+rke2r1, v1.36.3+rke2r1 or newer before setting kube-proxy-arg: [proxy-mode=nftables]: older releases are not supported by RKE2 in nftables mode."})
 			return
 		}
 		r.add(KindKubeProxyVersion, SeverityInfo, v.GitVersion, fmt.Sprintf("RKE2 %s offers kube-proxy's nftables mode (kube-proxy-arg: [proxy-mode=nftables], marked experimental by RKE2)", v.GitVersion))
@@ -482,14 +558,119 @@ func (c *ReadinessChecker) virtualServers(ctx context.Context, r *report, links 
 			}
 		}
 	}
+	_, hasDummy := linkNamed(links, kubeproxy.DummyInterface)
+	if len(table) > 0 || hasDummy {
+		c.cleanup(r).report(r, len(table), len(dummy), hasDummy)
+	}
 	nodePorts := c.foreign(ctx, r, table, local)
 	c.nodePortConns(r, table, local, nodePorts)
 	if len(dummy) > 0 {
 		slices.SortFunc(dummy, func(a, b netip.Addr) int { return a.Compare(b) })
 		r.add(KindServiceIPNotLocal, SeverityChange, kubeproxy.DummyInterface,
-			fmt.Sprintf("%d Service IP(s) sit on %s (e.g. %s): in nftables mode they are no local address, so they stop answering ping, and a host process listening on 0.0.0.0 is no longer reachable on ClusterIP:any-port, only on the Service's ports", len(dummy), kubeproxy.DummyInterface, dummy[0]),
+			fmt.Sprintf("%d Service IP(s) sit on %s (e.g. %s): %s they are no local address, so they stop answering ping, and a host process listening on 0.0.0.0 is no longer reachable on ClusterIP:any-port, only on the Service's ports", len(dummy), kubeproxy.DummyInterface, dummy[0], c.cleanup(r).dummyGone()),
 			check.Step{"Find clients that ping Service IPs or reach host-network listeners through a ClusterIP port the Service does not declare; give them the Service's own ports."})
 	}
+}
+
+// linkNamed returns the link called name.
+func linkNamed(links []Link, name string) (Link, bool) {
+	for _, l := range links {
+		if l.Name == name {
+			return l, true
+		}
+	}
+	return Link{}, false
+}
+
+// switchCleanup is what kube-proxy's IPVS cleanup does when kube-proxy
+// starts in nftables mode: platformCleanup (cmd/kube-proxy/app/server_linux.go)
+// calls ipvs.CleanupLeftovers (pkg/proxy/ipvs/cleanup.go), which first runs
+// `modprobe -va ip_vs` and removes nothing when that fails; otherwise it
+// flushes every virtual server (foreign ones included), deletes kube-ipvs0,
+// IPVS mode's iptables chains and its KUBE-* ipsets. Whether modprobe runs
+// depends on kube-proxy's image: the upstream image (kubeadm) has it, RKE2's
+// has not.
+type switchCleanup int
+
+const (
+	// cleanupUnknown: kube-proxy's image is not known (RKE1, another
+	// distribution).
+	cleanupUnknown switchCleanup = iota
+	// cleanupRuns: the upstream image, with modprobe: everything goes.
+	cleanupRuns
+	// cleanupSkipped: RKE2's image, without modprobe: nothing goes.
+	cleanupSkipped
+)
+
+// cleanup returns what kube-proxy's IPVS cleanup does on this node.
+func (c *ReadinessChecker) cleanup(r *report) switchCleanup {
+	switch {
+	case r.rke2:
+		return cleanupSkipped
+	case c.cfg.Distro == distro.Kubeadm:
+		return cleanupRuns
+	}
+	return cleanupUnknown
+}
+
+// Wording of what the cleanup does, per case.
+const (
+	cleanupWhy     = "kube-proxy's IPVS cleanup at the switch runs `modprobe -va ip_vs` first and removes nothing when that fails"
+	rke2NoModprobe = "RKE2's kube-proxy image has no modprobe, and " + cleanupWhy
+)
+
+// report adds the switch-cleanup finding: what the switch removes, or
+// what stays, on this node.
+func (s switchCleanup) report(r *report, servers, addrs int, dummy bool) {
+	var state []string
+	if servers > 0 {
+		state = append(state, fmt.Sprintf("%d virtual server(s)", servers))
+	}
+	if dummy {
+		state = append(state, fmt.Sprintf("%s with %d address(es)", kubeproxy.DummyInterface, addrs))
+	}
+	what := strings.Join(state, " and ")
+	switch s {
+	case cleanupRuns:
+		r.add(KindSwitchCleanup, SeverityInfo, "removed", fmt.Sprintf("at the switch kube-proxy (its upstream image has modprobe) flushes every virtual server on this node, foreign ones included, and deletes %s, IPVS mode's iptables chains and its KUBE-* ipsets: this node has %s; what stays is the strict-ARP and IPVS sysctls, the loaded ip_vs modules and any modules-load.d file (ipvs-leftovers lists them after the switch)", kubeproxy.DummyInterface, what))
+	case cleanupSkipped:
+		r.add(KindSwitchCleanup, SeverityInfo, "kept", fmt.Sprintf("%s: this node's %s, IPVS mode's iptables chains and KUBE-* ipsets, the sysctls and the ip_vs modules all stay, virtual servers that are not kube-proxy's included, until removed by hand (ipvs-leftovers lists them with the commands after the switch)", rke2NoModprobe, what),
+			check.Step{"After the switch remove what RKE2's kube-proxy left with the commands ipvs-leftovers prints (ipvs-guard diagnose), keeping any virtual server something else still needs."})
+	}
+}
+
+// excluded words what happens to virtual servers in ipvs.excludeCIDRs.
+func (s switchCleanup) excluded() string {
+	switch s {
+	case cleanupRuns:
+		return "its IPVS cleanup at the switch flushes every virtual server, those in these CIDRs too"
+	case cleanupSkipped:
+		return rke2NoModprobe + ", so those in these CIDRs stay, with kube-proxy's own, until removed by hand (never with ipvsadm --clear while they are needed)"
+	}
+	return "its IPVS cleanup at the switch flushes every virtual server, those in these CIDRs too, when kube-proxy's image has modprobe (" + cleanupWhy + "; the upstream image has it, RKE2's has not)"
+}
+
+// uncompared words the fate of virtual servers not compared with the
+// cluster's Services.
+func (s switchCleanup) uncompared() string {
+	switch s {
+	case cleanupRuns:
+		return "those that are not kube-proxy's are deleted at the switch too"
+	case cleanupSkipped:
+		return rke2NoModprobe + ", so every one of them stays"
+	}
+	return "those that are not kube-proxy's are deleted at the switch too when kube-proxy's image has modprobe (the upstream image has it, RKE2's has not)"
+}
+
+// dummyGone words when the Service IPs on kube-ipvs0 stop being local.
+func (s switchCleanup) dummyGone() string {
+	switch s {
+	case cleanupRuns:
+		return "kube-proxy's IPVS cleanup deletes " + kubeproxy.DummyInterface + " at the switch, and in nftables mode"
+	case cleanupSkipped:
+		return rke2NoModprobe + ", so they stay local until " + kubeproxy.DummyInterface + " is deleted by hand; after that"
+	}
+	return "once " + kubeproxy.DummyInterface + " is gone (kube-proxy's IPVS cleanup deletes it at the switch when its image has modprobe; RKE2's has not), in nftables mode"
 }
 
 // foreign names the virtual servers that are not kube-proxy's and returns
@@ -497,7 +678,7 @@ func (c *ReadinessChecker) virtualServers(ctx context.Context, r *report, links 
 func (c *ReadinessChecker) foreign(ctx context.Context, r *report, table ipvs.Table, local map[netip.Addr]string) map[nodePortKey]bool {
 	if c.cfg.Cluster == nil {
 		if len(table) > 0 {
-			r.add(KindForeignVirtualServer, SeverityInfo, "", fmt.Sprintf("%d virtual server(s) not compared with the cluster's Services (no kubeconfig): those that are not kube-proxy's are lost at the switch too", len(table)))
+			r.add(KindForeignVirtualServer, SeverityInfo, "", fmt.Sprintf("%d virtual server(s) not compared with the cluster's Services (no kubeconfig): %s", len(table), c.cleanup(r).uncompared()))
 		}
 		return nil
 	}
@@ -531,12 +712,26 @@ func (c *ReadinessChecker) foreign(ctx context.Context, r *report, table ipvs.Ta
 			continue // kube-proxy's NodePort on a node address
 		}
 		name := VirtualServerName(k)
-		r.add(KindForeignVirtualServer, SeverityChange, name,
-			fmt.Sprintf("virtual server %s belongs to no Service: kube-proxy's IPVS cleanup at the switch to nftables deletes it", name))
-		steps = append(steps, "ipvsadm -S -n | grep -F -- '"+ipvsadmService(k)+"' # save it; recreate it after the switch (ipvsadm -R) or move its owner off IPVS")
+		switch cl := c.cleanup(r); cl {
+		case cleanupSkipped:
+			r.add(KindForeignVirtualServer, SeverityInfo, name,
+				fmt.Sprintf("virtual server %s belongs to no Service; %s, so it stays, and keeps working while the ip_vs module stays loaded", name, rke2NoModprobe))
+			steps = append(steps, "ipvsadm -S -n | grep -F -- '"+ipvsadmService(k)+"' # keep it: remove kube-proxy's virtual servers one by one (ipvsadm -D), never with ipvsadm --clear, and unload no ip_vs module while it is needed")
+		default:
+			why := "kube-proxy's IPVS cleanup at the switch to nftables deletes it (it flushes every virtual server on the node)"
+			if cl == cleanupUnknown {
+				why = "kube-proxy's IPVS cleanup at the switch to nftables deletes it (it flushes every virtual server on the node) when kube-proxy's image has modprobe (" + cleanupWhy + "; the upstream image has it, RKE2's has not)"
+			}
+			r.add(KindForeignVirtualServer, SeverityChange, name, fmt.Sprintf("virtual server %s belongs to no Service: %s", name, why))
+			steps = append(steps, "ipvsadm -S -n | grep -F -- '"+ipvsadmService(k)+"' # save it; recreate it after the switch (ipvsadm -R) or move its owner off IPVS")
+		}
 	}
 	if len(steps) > 0 {
-		r.steps = append(r.steps, check.Step(append([]string{"Save the virtual servers that are not kube-proxy's before the switch (it deletes them):"}, steps...)))
+		head := "Save the virtual servers that are not kube-proxy's before the switch (it deletes them):"
+		if c.cleanup(r) == cleanupSkipped {
+			head = "The virtual servers that are not kube-proxy's survive the switch on RKE2; keep them when removing IPVS mode's leftovers:"
+		}
+		r.steps = append(r.steps, check.Step(append([]string{head}, steps...)))
 	}
 	return nodePorts
 }

@@ -99,6 +99,10 @@ func readyConfig() ReadinessConfig {
 
 type wantFinding struct{ kind, severity, object string }
 
+// rke2Kept is the switch-cleanup finding of an RKE2 node with IPVS state:
+// nothing is removed at the switch.
+var rke2Kept = wantFinding{KindSwitchCleanup, SeverityInfo, "kept"}
+
 func TestReadiness(t *testing.T) {
 	foreign := ipvs.Entry{Virtual: ipvs.VirtualServer{Address: netip.MustParseAddr("10.96.99.99"), Protocol: ipvs.TCP, Port: 80, Scheduler: "rr"}}
 	nodePortSvc := func(c *ReadinessConfig) {
@@ -165,26 +169,28 @@ func TestReadiness(t *testing.T) {
 		{name: "kube-proxy 1.32 beta", mod: func(c *ReadinessConfig) {
 			c.KubeProxy = fakeKubeProxy{ver: "v1.32.1", cfg: kubeproxy.Config{Mode: "ipvs"}}
 		}, wantStatus: check.StatusOK, want: []wantFinding{{KindKubeProxyVersion, SeverityChange, "v1.32.1"}}},
+		// RKE2 documents the older releases as unsupported in nftables
+		// mode, it does not refuse them: info, not a blocker.
 		{name: "RKE2 before the gate", mod: func(c *ReadinessConfig) {
 			c.KubeProxy = fakeKubeProxy{ver: "v1.35.6+rke2r1", cfg: kubeproxy.Config{Mode: "ipvs"}}
-		}, wantStatus: check.StatusProblem, want: []wantFinding{{KindKubeProxyVersion, SeverityBlocker, "v1.35.6+rke2r1"}}},
+		}, wantStatus: check.StatusOK, want: []wantFinding{{KindKubeProxyVersion, SeverityInfo, "v1.35.6+rke2r1"}, rke2Kept}, wantInMsg: "documents kube-proxy's nftables mode as supported (experimental) only from"},
 		{name: "RKE2 at the gate", mod: func(c *ReadinessConfig) {
 			c.KubeProxy = fakeKubeProxy{ver: "v1.35.7+rke2r1", cfg: kubeproxy.Config{Mode: "ipvs"}}
-		}, wantStatus: check.StatusOK, want: []wantFinding{{KindKubeProxyVersion, SeverityInfo, "v1.35.7+rke2r1"}}},
+		}, wantStatus: check.StatusOK, want: []wantFinding{{KindKubeProxyVersion, SeverityInfo, "v1.35.7+rke2r1"}, rke2Kept}},
 		{name: "RKE2 distro, version without the rke2 suffix, at the gate", mod: func(c *ReadinessConfig) {
 			c.Distro = distro.RKE2
 			c.KubeProxy = fakeKubeProxy{ver: "v1.34.10", cfg: kubeproxy.Config{Mode: "ipvs"}}
-		}, wantStatus: check.StatusOK, want: []wantFinding{{KindKubeProxyVersion, SeverityInfo, "v1.34.10"}}},
+		}, wantStatus: check.StatusOK, want: []wantFinding{{KindKubeProxyVersion, SeverityInfo, "v1.34.10"}, rke2Kept}},
 		{name: "RKE2 1.36 before the gate", mod: func(c *ReadinessConfig) {
 			c.KubeProxy = fakeKubeProxy{ver: "v1.36.2+rke2r2", cfg: kubeproxy.Config{Mode: "ipvs"}}
-		}, wantStatus: check.StatusProblem, want: []wantFinding{{KindKubeProxyVersion, SeverityBlocker, "v1.36.2+rke2r2"}}},
+		}, wantStatus: check.StatusOK, want: []wantFinding{{KindKubeProxyVersion, SeverityInfo, "v1.36.2+rke2r2"}, rke2Kept}},
 		{name: "RKE2 1.37 has it from .0", mod: func(c *ReadinessConfig) {
 			c.KubeProxy = fakeKubeProxy{ver: "v1.37.0+rke2r1", cfg: kubeproxy.Config{Mode: "ipvs"}}
-		}, wantStatus: check.StatusOK, want: []wantFinding{{KindKubeProxyVersion, SeverityInfo, "v1.37.0+rke2r1"}}},
+		}, wantStatus: check.StatusOK, want: []wantFinding{{KindKubeProxyVersion, SeverityInfo, "v1.37.0+rke2r1"}, rke2Kept}},
 		{name: "RKE2 1.33 never had it", mod: func(c *ReadinessConfig) {
 			c.Distro = distro.RKE2
 			c.KubeProxy = fakeKubeProxy{ver: "v1.33.9", cfg: kubeproxy.Config{Mode: "ipvs"}}
-		}, wantStatus: check.StatusProblem, want: []wantFinding{{KindKubeProxyVersion, SeverityBlocker, "v1.33.9"}}},
+		}, wantStatus: check.StatusOK, want: []wantFinding{{KindKubeProxyVersion, SeverityInfo, "v1.33.9"}, rke2Kept}},
 		{name: "version from the Node when /metrics has none", mod: func(c *ReadinessConfig) {
 			c.KubeProxy = fakeKubeProxy{verErr: errors.New("no build info"), cfg: kubeproxy.Config{Mode: "ipvs"}}
 			c.FallbackVersion = func(context.Context) (kubeproxy.Version, error) { return kubeproxy.ParseVersion("v1.29.0") }
@@ -199,6 +205,63 @@ func TestReadiness(t *testing.T) {
 		{name: "foreign virtual server", mod: func(c *ReadinessConfig) {
 			c.IPVS = fakeTable{t: append(ipvschecktest.NewTable(2), foreign)}
 		}, wantStatus: check.StatusOK, want: []wantFinding{{KindForeignVirtualServer, SeverityChange, "TCP 10.96.99.99:80"}}, wantInMsg: "TCP 10.96.99.99:80"},
+		// kube-proxy's IPVS cleanup runs `modprobe -va ip_vs` first and
+		// removes nothing when that fails (kube-proxy 1.37
+		// pkg/proxy/ipvs/cleanup.go): the upstream image (kubeadm) has
+		// modprobe, RKE2's has not.
+		{name: "foreign virtual server on kubeadm: deleted at the switch", mod: func(c *ReadinessConfig) {
+			c.Distro = distro.Kubeadm
+			c.IPVS = fakeTable{t: append(ipvschecktest.NewTable(2), foreign)}
+			c.Host.Links = func() ([]Link, error) {
+				return []Link{{Name: "eth0", Addrs: []netip.Addr{nodeIP}}, {Name: "kube-ipvs0", Addrs: []netip.Addr{ipvschecktest.VIP(0)}}}, nil
+			}
+		}, wantStatus: check.StatusOK, want: []wantFinding{{KindForeignVirtualServer, SeverityChange, "TCP 10.96.99.99:80"}, {KindSwitchCleanup, SeverityInfo, "removed"}, {KindServiceIPNotLocal, SeverityChange, "kube-ipvs0"}},
+			wantInMsg: "deletes kube-ipvs0, IPVS mode's iptables chains and its KUBE-* ipsets: this node has 3 virtual server(s) and kube-ipvs0 with 1 address(es)"},
+		{name: "foreign virtual server on RKE2: nothing is removed at the switch", mod: func(c *ReadinessConfig) {
+			c.Distro = distro.RKE2
+			c.IPVS = fakeTable{t: append(ipvschecktest.NewTable(2), foreign)}
+			c.Host.Links = func() ([]Link, error) {
+				return []Link{{Name: "eth0", Addrs: []netip.Addr{nodeIP}}, {Name: "kube-ipvs0", Addrs: []netip.Addr{ipvschecktest.VIP(0)}}}, nil
+			}
+		}, wantStatus: check.StatusOK, want: []wantFinding{{KindForeignVirtualServer, SeverityInfo, "TCP 10.96.99.99:80"}, rke2Kept, {KindServiceIPNotLocal, SeverityChange, "kube-ipvs0"}, {KindKubeProxyVersion, SeverityInfo, "v1.37.1"}},
+			wantInMsg: "RKE2's kube-proxy image has no modprobe, and kube-proxy's IPVS cleanup at the switch runs `modprobe -va ip_vs` first and removes nothing when that fails, so it stays"},
+		{name: "kubeadm ConfigMap: sync periods and masqueradeAll set for IPVS mode only", mod: func(c *ReadinessConfig) {
+			c.Distro = distro.Kubeadm
+			c.IPVS = fakeTable{}
+			c.ConfigFile = func(context.Context) (kubeproxy.Config, error) {
+				return kubeproxy.ParseConfigFile([]byte("mode: ipvs\nipvs:\n  syncPeriod: 10s\n  minSyncPeriod: 2s\niptables:\n  masqueradeAll: true\nnftables:\n  syncPeriod: 0s\n"))
+			}
+		}, wantStatus: check.StatusOK, want: []wantFinding{{KindModeSettings, SeverityChange, "nftables"}},
+			wantInMsg: "ipvs.syncPeriod 10s (nftables.syncPeriod unset: 30s); ipvs.minSyncPeriod 2s (nftables.minSyncPeriod unset: 1s); iptables.masqueradeAll true"},
+		{name: "kubeadm ConfigMap: the nftables section set too", mod: func(c *ReadinessConfig) {
+			c.Distro = distro.Kubeadm
+			c.IPVS = fakeTable{}
+			c.ConfigFile = func(context.Context) (kubeproxy.Config, error) {
+				return kubeproxy.ParseConfigFile([]byte("mode: ipvs\nipvs:\n  syncPeriod: 10s\niptables:\n  masqueradeAll: true\nnftables:\n  syncPeriod: 20s\n  masqueradeAll: true\n"))
+			}
+		}, wantStatus: check.StatusOK},
+		{name: "kubeadm ConfigMap with kubeadm's defaults (0s)", mod: func(c *ReadinessConfig) {
+			c.Distro = distro.Kubeadm
+			c.IPVS = fakeTable{}
+			c.ConfigFile = func(context.Context) (kubeproxy.Config, error) {
+				return kubeproxy.ParseConfigFile([]byte("mode: ipvs\nipvs:\n  syncPeriod: 0s\n  minSyncPeriod: 0s\niptables:\n  masqueradeAll: false\n"))
+			}
+		}, wantStatus: check.StatusOK},
+		{name: "kube-proxy ConfigMap not read", mod: func(c *ReadinessConfig) {
+			c.ConfigFile = func(context.Context) (kubeproxy.Config, error) { return kubeproxy.Config{}, errors.New("forbidden") }
+		}, wantStatus: check.StatusOK, want: []wantFinding{{KindModeSettings, SeverityInfo, ""}}},
+		{name: "RKE2: --ipvs-sync-period is ignored in nftables mode", mod: func(c *ReadinessConfig) {
+			c.Distro = distro.RKE2
+			c.IPVS = fakeTable{}
+			c.KubeProxy = fakeKubeProxy{ver: "v1.37.1+rke2r1", cfg: kubeproxy.Config{Mode: "ipvs", IPVS: kubeproxy.IPVSConfig{
+				SyncPeriod: kubeproxy.Duration(10 * time.Minute), MinSyncPeriod: kubeproxy.Duration(5 * time.Second)}}}
+		}, wantStatus: check.StatusOK, want: []wantFinding{{KindKubeProxyVersion, SeverityInfo, "v1.37.1+rke2r1"}, {KindModeSettings, SeverityChange, "ipvs-sync-period=10m0s,ipvs-min-sync-period=5s"}},
+			wantInMsg: "ignores the ipvs-* sync flags and uses iptables-sync-period / iptables-min-sync-period"},
+		{name: "RKE2 with kube-proxy's default sync period", mod: func(c *ReadinessConfig) {
+			c.Distro = distro.RKE2
+			c.IPVS = fakeTable{}
+			c.KubeProxy = fakeKubeProxy{ver: "v1.37.1+rke2r1", cfg: kubeproxy.Config{Mode: "ipvs", IPVS: kubeproxy.IPVSConfig{SyncPeriod: kubeproxy.Duration(30 * time.Second), MinSyncPeriod: kubeproxy.Duration(time.Second)}}}
+		}, wantStatus: check.StatusOK, want: []wantFinding{{KindKubeProxyVersion, SeverityInfo, "v1.37.1+rke2r1"}}},
 		{name: "NodePort virtual servers are kube-proxy's", mod: func(c *ReadinessConfig) {
 			nodePortSvc(c)
 			c.IPVS = fakeTable{t: append(ipvschecktest.NewTable(2),

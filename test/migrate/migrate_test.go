@@ -98,12 +98,9 @@ func TestMigrate(t *testing.T) {
 	c.step("switch to nftables mode")
 	sw := c.switchToNftables(t)
 
-	c.step("nftables mode: no IPVS alarm, one ARP responder throughout, foreign virtual server gone")
+	c.step("nftables mode: no IPVS alarm, one ARP responder throughout, IPVS state as kube-proxy's cleanup leaves it")
 	c.expectNoAlarm(t, sw, warn, probeWarn)
-	out := c.guestRun(`ipvsadm -Ln`)
-	if strings.Contains(out, foreignVS+":80") {
-		t.Errorf("the foreign virtual server %s:80 is still there after kube-proxy's IPVS cleanup:\n%s", foreignVS, out)
-	}
+	cleaned := c.expectSwitchCleanup(t, kmodPath)
 	if mode := strings.TrimSpace(c.guestRun(`wget -qO- http://127.0.0.1:10249/proxyMode`)); mode != "nftables" {
 		t.Errorf("kube-proxy's /proxyMode = %q, want nftables", mode)
 	}
@@ -119,7 +116,7 @@ echo "nf_tables modules (users):" $(awk '$1 ~ /^(nf_tables|nft_)/ {print $1 "(" 
 		t.Errorf("diagnose in nftables mode: modules check %+v, want reason %s", r, check.ReasonIPVSNotInUse)
 	}
 	if targetMode {
-		c.expectLeftovers(t, rep)
+		c.expectLeftovers(t, rep, cleaned)
 	}
 
 	c.step("back to IPVS mode: prerequisites apply again")
@@ -130,8 +127,46 @@ echo "nf_tables modules (users):" $(awk '$1 ~ /^(nf_tables|nft_)/ {print $1 "(" 
 	c.guestRun(`kp_wait_table 180 ` + clusterIP + ` ` + c.lbIP.String())
 	c.figure("switch back to ipvs → ClusterIP and LB IP programmed (kube-ipvs0, virtual servers)", "%.1fs", time.Since(back).Seconds())
 	c.expectIPVSMode(t, "after the switch back")
+
+	// RKE2's kube-proxy image has no modprobe: its IPVS cleanup at the
+	// switch stops at `modprobe -va ip_vs` and removes nothing. The same
+	// kube-proxy binary without kmod's modprobe on its PATH (the guest's
+	// own modprobe is a tripwire that fails) shows it.
+	c.step("as on RKE2 (no modprobe for kube-proxy): the switch removes nothing")
+	c.guestRun(`ipvsadm -A -t ` + foreignVS + `:80 -s rr && ipvsadm -Ln -t ` + foreignVS + `:80`)
+	c.guestRun(`MG_KP_PATH="$PATH" mg_kp_start nftables --v=1`)
+	c.waitGuest("kube-proxy serves /proxyMode nftables", waitLong, `[ "$(wget -qO- http://127.0.0.1:10249/proxyMode)" = nftables ]`)
+	c.waitFor("the guest's IPVS conditions say IPVSNotInUse", waitLong, c.ipvsConditionsOff)
+	if c.expectSwitchCleanup(t, guestPath) {
+		t.Error("kube-proxy's modprobe -va ip_vs succeeded with only the guest's tripwire modprobe on its PATH")
+	}
+	if targetMode {
+		rep := c.diagnose(t, "")
+		c.expectLeftovers(t, rep, false)
+		var kinds []string
+		if r := rep.check(checkLeftovers); r != nil {
+			for _, f := range r.Findings {
+				if k, _ := f["kind"].(string); !slices.Contains(kinds, k) {
+					kinds = append(kinds, k)
+				}
+			}
+		}
+		for _, k := range []string{"kube-ipvs0", "virtual-server"} {
+			if !slices.Contains(kinds, k) {
+				t.Errorf("with nothing removed at the switch, ipvs-leftovers reports kinds %v, without %s", kinds, k)
+			}
+		}
+	}
 	c.printFigures()
 }
+
+// kube-proxy's PATH in the guest, as the shell words it: kmod's modprobe
+// first (the upstream image), or the guest's own PATH, whose modprobe is a
+// tripwire that fails (RKE2's image, which has none).
+const (
+	kmodPath  = "/usr/libexec/kmod:$PATH"
+	guestPath = "$PATH"
+)
 
 // hasTargetMode reports whether the guest's ipvs-guard has diagnose
 // --target-mode (the readiness report).
@@ -311,9 +346,68 @@ func (c *cluster) expectReadiness(t *testing.T) {
 	}
 }
 
+// ipvsCleanupChains and the KUBE-* ipsets are what kube-proxy 1.37's IPVS
+// cleanup removes besides the virtual servers and kube-ipvs0
+// (pkg/proxy/ipvs/proxier.go iptablesCleanupChains and ipsetInfo, removed
+// by pkg/proxy/ipvs/cleanup.go cleanupLeftovers).
+var ipvsCleanupChains = []string{"KUBE-SERVICES", "KUBE-POSTROUTING", "KUBE-NODE-PORT", "KUBE-LOAD-BALANCER", "KUBE-MARK-MASQ",
+	"KUBE-FORWARD", "KUBE-PROXY-FIREWALL", "KUBE-SOURCE-RANGES-FIREWALL", "KUBE-IPVS-FILTER", "KUBE-IPVS-OUT-FILTER"}
+
+// expectSwitchCleanup asserts what kube-proxy's IPVS cleanup left at the
+// switch to nftables mode and returns whether it ran. kube-proxy 1.37 runs
+// `modprobe -va ip_vs` first and removes nothing when that fails
+// (pkg/proxy/ipvs/cleanup.go CleanupLeftovers): with modprobe on its PATH
+// (the upstream image, kubeadm; this guest gives it kmod's) every virtual
+// server, the foreign one included, kube-ipvs0, IPVS mode's iptables
+// chains and KUBE-* ipsets are gone, and the sysctls and modules-load.d
+// file stay; without it (RKE2's image) all of it stays.
+func (c *cluster) expectSwitchCleanup(t *testing.T, kpPath string) bool {
+	// kube-proxy runs `modprobe` through Go's exec.LookPath on its PATH
+	// (mg_kp_start): the first executable modprobe in it, looked up the
+	// same way here (not through the guest's busybox sh, whose own
+	// modprobe applet would answer instead).
+	probe, code := c.guestTry(`p="` + kpPath + `"; IFS=:; for d in $p; do
+	if [ -x "$d/modprobe" ]; then unset IFS; echo "$d/modprobe:"; "$d/modprobe" -va ip_vs 2>&1; exit $?; fi
+done
+echo "no modprobe on kube-proxy's PATH"; exit 1`)
+	runs := code == 0
+	t.Logf("kube-proxy's `modprobe -va ip_vs` as its IPVS cleanup runs it (exit %d): %s", code, strings.TrimSpace(probe))
+	state := c.guestRun(`echo "kube-ipvs0 $(ip link show kube-ipvs0 >/dev/null 2>&1 && echo present || echo gone)"
+echo "virtual-servers $(ipvsadm -Sn | grep -c '^-A')"
+echo "foreign $(ipvsadm -Ln -t ` + foreignVS + `:80 >/dev/null 2>&1 && echo present || echo gone)"
+echo "ipsets $(ipset list -n 2>/dev/null | grep '^KUBE-' | tr '\n' ' ')"
+echo "chains $(iptables-save 2>/dev/null | sed -n 's/^:\(KUBE-[^ ]*\).*/\1/p' | sort -u | tr '\n' ' ')"`)
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(state), "\n") {
+		k, v, _ := strings.Cut(line, " ")
+		got[k] = strings.TrimSpace(v)
+	}
+	t.Logf("after the switch (kube-proxy's modprobe -va ip_vs succeeds: %v): %v", runs, got)
+	var chains []string
+	for _, ch := range strings.Fields(got["chains"]) {
+		if slices.Contains(ipvsCleanupChains, ch) {
+			chains = append(chains, ch)
+		}
+	}
+	if runs {
+		if got["kube-ipvs0"] != "gone" || got["virtual-servers"] != "0" || got["foreign"] != "gone" || got["ipsets"] != "" || len(chains) > 0 {
+			t.Errorf("kube-proxy's IPVS cleanup ran (modprobe on its PATH) but left IPVS state: kube-ipvs0 %s, %s virtual server(s) (foreign %s:80 %s), ipsets [%s], IPVS chains %v",
+				got["kube-ipvs0"], got["virtual-servers"], foreignVS, got["foreign"], got["ipsets"], chains)
+		}
+		return true
+	}
+	if got["kube-ipvs0"] != "present" || got["foreign"] != "present" || got["ipsets"] == "" || len(chains) == 0 {
+		t.Errorf("kube-proxy's IPVS cleanup cannot run (no modprobe on its PATH) but kube-ipvs0 is %s, the foreign virtual server %s:80 %s, ipsets [%s], IPVS chains %v",
+			got["kube-ipvs0"], foreignVS, got["foreign"], got["ipsets"], chains)
+	}
+	return false
+}
+
 // expectLeftovers compares diagnose's ipvs-leftovers findings in nftables
-// mode with what the guest holds: exactly the kinds present.
-func (c *cluster) expectLeftovers(t *testing.T, rep report) {
+// mode with what the guest holds: exactly the kinds present, and, when
+// kube-proxy's IPVS cleanup ran (cleaned), exactly what it leaves: the
+// sysctls and the modules-load.d file.
+func (c *cluster) expectLeftovers(t *testing.T, rep report, cleaned bool) {
 	r := rep.check(checkLeftovers)
 	if r == nil {
 		r = c.diagnose(t, "nftables").check(checkLeftovers)
@@ -341,6 +435,9 @@ func (c *cluster) expectLeftovers(t *testing.T, rep report) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("%s reports kinds %v, the guest holds %v", checkLeftovers, got, want)
+	}
+	if left := []string{"modules-load-file", "sysctl"}; cleaned && !slices.Equal(want, left) {
+		t.Errorf("after kube-proxy's IPVS cleanup the guest holds %v, want exactly %v (strict ARP's sysctls and ipvs.conf, which kube-proxy never removes)", want, left)
 	}
 }
 
