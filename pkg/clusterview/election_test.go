@@ -3,14 +3,23 @@
 package clusterview
 
 import (
+	"context"
 	"maps"
 	"net/netip"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube/kubetest"
 )
 
 // TestSortCandidates checks the port of MetalLB v0.16.2's sortL2Candidates
@@ -176,5 +185,64 @@ func TestNotPreferred(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPreferencesReads checks when the advisory reads MetalLB's state:
+// once for an announcer it has not judged, again after a change of
+// announcer (even within the TTL), never while the preferred node stays
+// the announcer.
+func TestPreferencesReads(t *testing.T) {
+	cs := fake.NewClientset(clusterNode("n1", map[string]string{"zone": "a"}, false), clusterNode("n2", nil, false),
+		lbService("default", "web", "192.0.2.20"), endpointSlice("web", true, "n1"))
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), metallbListKinds,
+		metallbObj("IPAddressPool", "pool", nil, map[string]any{"addresses": []any{"192.0.2.0/24"}}),
+		metallbObj("L2Advertisement", "zone-a", nil, map[string]any{"preferredNodeSelectors": []any{prefer(50, map[string]any{"zone": "a"})}}),
+		speakerPod("n1", true), speakerPod("n2", true))
+	v := New("self", kubetest.FromClientset(cs), dyn, metaOf(cs))
+	clk := testingclock.NewFakePassiveClock(time.Unix(1000, 0))
+	v.metallb.clock = clk
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer v.Shutdown()
+	defer cancel()
+	if err := v.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lists := func() int {
+		n := 0
+		for _, a := range dyn.Actions() {
+			if a.GetVerb() == "list" && a.GetResource() == IPAddressPoolGVR {
+				n++
+			}
+		}
+		return n
+	}
+	target := func(announcer string) []arpcheck.Target {
+		return []arpcheck.Target{{IP: netip.MustParseAddr("192.0.2.20"), ExpectedNode: announcer, Service: "default/web"}}
+	}
+	steps := []struct {
+		name      string
+		announcer string
+		reads     int
+		preferred string // of the finding; "" for none
+	}{
+		{name: "first sight reads", announcer: "n2", reads: 1, preferred: "n1"},
+		{name: "a standing advisory within the TTL reuses the state", announcer: "n2", reads: 1, preferred: "n1"},
+		{name: "the announcer moves: read again within the TTL", announcer: "n1", reads: 2},
+		{name: "the preferred node stays: no read", announcer: "n1", reads: 2},
+		{name: "no announcer: nothing judged", announcer: "", reads: 2},
+	}
+	for _, s := range steps {
+		clk.SetTime(clk.Now().Add(time.Second))
+		got := v.preferences(ctx, target(s.announcer))
+		if n := lists(); n != s.reads {
+			t.Errorf("%s: %d pool LISTs, want %d", s.name, n, s.reads)
+		}
+		switch {
+		case s.preferred == "" && len(got) != 0:
+			t.Errorf("%s: findings %+v, want none", s.name, got)
+		case s.preferred != "" && (len(got) != 1 || got[0].Preferred != s.preferred || got[0].PreferredWeight != 50 || got[0].AnnouncerWeight != 0):
+			t.Errorf("%s: findings %+v, want %s preferred with weight 50", s.name, got, s.preferred)
+		}
 	}
 }
