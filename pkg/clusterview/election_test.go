@@ -166,7 +166,7 @@ func TestNotPreferred(t *testing.T) {
 				svc = web
 			}
 			in := LoadBalancerIngress{IP: netip.MustParseAddr("192.0.2.20"), Service: types.NamespacedName{Namespace: "default", Name: "web"}, AnnouncingNode: tt.announcer}
-			got := notPreferred(st, DefaultMetalLBNamespace, in, svc, func() []string { return tt.eps })
+			got, _ := notPreferred(st, DefaultMetalLBNamespace, in, svc, func() []string { return tt.eps })
 			if (got == nil) != (tt.want == "") {
 				t.Fatalf("notPreferred() = %+v, want preferred %q", got, tt.want)
 			}
@@ -225,15 +225,18 @@ func TestPreferencesReads(t *testing.T) {
 		announcer string
 		reads     int
 		preferred string // of the finding; "" for none
+		wait      time.Duration
 	}{
 		{name: "first sight reads", announcer: "n2", reads: 1, preferred: "n1"},
 		{name: "a standing advisory within the TTL reuses the state", announcer: "n2", reads: 1, preferred: "n1"},
 		{name: "the announcer moves: read again within the TTL", announcer: "n1", reads: 2},
 		{name: "the preferred node stays: no read", announcer: "n1", reads: 2},
 		{name: "no announcer: nothing judged", announcer: "", reads: 2},
+		{name: "back to the preferred node: read (a change)", announcer: "n1", reads: 3},
+		{name: "weighted: judged again after the recheck", announcer: "n1", reads: 4, wait: preferenceRecheck * MetalLBStateTTL},
 	}
 	for _, s := range steps {
-		clk.SetTime(clk.Now().Add(time.Second))
+		clk.SetTime(clk.Now().Add(time.Second + s.wait))
 		got := v.preferences(ctx, target(s.announcer))
 		if n := lists(); n != s.reads {
 			t.Errorf("%s: %d pool LISTs, want %d", s.name, n, s.reads)

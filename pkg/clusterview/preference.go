@@ -59,29 +59,45 @@ func (p AnnouncerNotPreferred) State() check.State {
 // notPreferred says whether in's announcer weighs less than the node
 // MetalLB's election prefers (nil when it does not, when no
 // preferredNodeSelectors apply, or when the IP's pool or advertisements are
-// not known). svc is the IP's Service from the cache; epNodes are read
-// only for externalTrafficPolicy Local.
-func notPreferred(st *metallbState, ns string, in LoadBalancerIngress, svc *corev1.Service, epNodes func() []string) *AnnouncerNotPreferred {
+// not known), and whether preferredNodeSelectors apply to it. svc is the
+// IP's Service from the cache; epNodes are read only for
+// externalTrafficPolicy Local.
+func notPreferred(st *metallbState, ns string, in LoadBalancerIngress, svc *corev1.Service, epNodes func() []string) (*AnnouncerNotPreferred, bool) {
+	f := notPreferredFinding(st, ns, in, svc, epNodes)
+	return f, f != nil || weighted(st, in, svc)
+}
+
+// weighted reports whether preferredNodeSelectors of an advertisement
+// that applies to in's Service score any node.
+func weighted(st *metallbState, in LoadBalancerIngress, svc *corev1.Service) bool {
+	if st == nil || svc == nil {
+		return false
+	}
+	ads := poolAds(st, in.IP)
+	return preferredScores(adsForService(ads, svc.Labels), st.nodes) != nil
+}
+
+// poolAds returns the advertisements of the pool holding ip (none when no pool does).
+func poolAds(st *metallbState, ip netip.Addr) []l2Ad {
+	for i := range st.pools {
+		if slices.ContainsFunc(st.pools[i].ranges, func(r addrRange) bool { return r.contains(ip.Unmap()) }) {
+			var ads []l2Ad
+			for _, a := range st.ads {
+				if a.selectsPool(st.pools[i]) {
+					ads = append(ads, a)
+				}
+			}
+			return ads
+		}
+	}
+	return nil
+}
+
+func notPreferredFinding(st *metallbState, ns string, in LoadBalancerIngress, svc *corev1.Service, epNodes func() []string) *AnnouncerNotPreferred {
 	if st == nil || in.AnnouncingNode == "" || svc == nil {
 		return nil
 	}
-	var p *pool
-	for i := range st.pools {
-		if slices.ContainsFunc(st.pools[i].ranges, func(r addrRange) bool { return r.contains(in.IP.Unmap()) }) {
-			p = &st.pools[i]
-			break
-		}
-	}
-	if p == nil {
-		return nil
-	}
-	var ads []l2Ad
-	for _, a := range st.ads {
-		if a.selectsPool(*p) {
-			ads = append(ads, a)
-		}
-	}
-	ads = adsForService(ads, svc.Labels)
+	ads := adsForService(poolAds(st, in.IP), svc.Labels)
 	scores := preferredScores(ads, st.nodes)
 	if scores == nil {
 		return nil
@@ -135,15 +151,26 @@ type preferenceEntry struct {
 	announcer string
 	// changed is when this node first saw announcer for the IP.
 	changed time.Time
-	finding *AnnouncerNotPreferred
+	// judged is when it was last judged, weighted whether
+	// preferredNodeSelectors applied to it then.
+	judged   time.Time
+	weighted bool
+	finding  *AnnouncerNotPreferred
 }
+
+// preferenceRecheck is how many MetalLB state TTLs an IP whose Service
+// has preferredNodeSelectors is judged again after, though its announcer
+// stays: a preferred node's label added back, or its speaker gone from the
+// memberlist while its Pod stays Ready, moves nothing.
+const preferenceRecheck = 5
 
 // preferences returns the AnnouncerNotPreferred findings of targets (the
 // IPs this node probes), sorted by IP. MetalLB's state is read (at most
 // once per MetalLBStateTTL, metallb.go) only for an IP whose announcer this
 // node has not judged yet or that has changed since (then the state must
-// be newer than the change), or whose finding stands; an IP whose
-// announcer stays the preferred one costs no read.
+// be newer than the change), whose finding stands, or, every
+// preferenceRecheck TTLs, whose Service has preferredNodeSelectors; an IP
+// without them whose announcer stays costs no read.
 func (v *View) preferences(ctx context.Context, targets []arpcheck.Target) []AnnouncerNotPreferred {
 	m := &v.preference
 	m.mu.Lock()
@@ -157,7 +184,8 @@ func (v *View) preferences(ctx context.Context, targets []arpcheck.Target) []Ann
 			continue
 		}
 		e, ok := m.m[ip]
-		if ok && e.announcer == t.ExpectedNode && e.finding == nil {
+		recheck := e.weighted && now.Sub(e.judged) >= preferenceRecheck*v.metallb.ttl
+		if ok && e.announcer == t.ExpectedNode && e.finding == nil && !recheck {
 			next[ip] = e
 			continue
 		}
@@ -170,9 +198,9 @@ func (v *View) preferences(ctx context.Context, targets []arpcheck.Target) []Ann
 		}
 		st := v.metallb.getSince(ctx, e.changed)
 		svc, _ := v.services.Services(in.Service.Namespace).Get(in.Service.Name)
-		e.finding = nil
+		e.finding, e.judged, e.weighted = nil, now, false
 		if st.err == nil {
-			e.finding = notPreferred(st, v.metallb.namespace, in, svc, func() []string {
+			e.finding, e.weighted = notPreferred(st, v.metallb.namespace, in, svc, func() []string {
 				return v.readyEndpointNodes(ctx, in.Service.Namespace, in.Service.Name)
 			})
 		}
