@@ -189,55 +189,61 @@ func nodeAddressConflict(ip netip.Addr, svc, node string, typ corev1.NodeAddress
 		ip, svc, typ, node)}
 }
 
-// nodeAddressMemo remembers which probed IPs were compared with every
-// Node's addresses, and whether a conflict stood then.
+// nodeAddressMemo keeps the addresses of every other Node as last read,
+// and whether a conflict stood then.
 type nodeAddressMemo struct {
 	mu       sync.Mutex
-	checked  map[netip.Addr]bool
+	read     bool
+	addrs    map[netip.Addr][]nodeRef
 	standing bool
+}
+
+// nodeRef names one Node address: the node and the address's type.
+type nodeRef struct {
+	node string
+	typ  corev1.NodeAddressType
 }
 
 // allNodeAddressConflicts returns the probed IPs that are an InternalIP
 // or ExternalIP of any Node but this one (whose own Node the cache holds),
 // whether or not that node runs an agent: so the k probers of an IP report
-// it. Every Node is read (with MetalLB's state, at most once per
-// MetalLBStateTTL) only when an IP is probed that was not compared yet (at
-// start, or a new LoadBalancer IP), when the arp check found a problem (a
-// node answering for its own address shows as a conflict or a wrong
-// responder), or while a conflict stands; not while every probed IP stays
-// answered as it was.
+// it. The probed IPs, new ones included, are compared with the Nodes'
+// addresses as last read; every Node is read again (with MetalLB's state,
+// at most once per MetalLBStateTTL) only the first time this node probes
+// anything, when the arp check found a problem (a node answering for its
+// own address shows as a conflict or a wrong responder: so does a node
+// that joins with the address of a LoadBalancer IP), or while a conflict
+// stands; never while every probed IP stays answered.
 func (v *View) allNodeAddressConflicts(ctx context.Context, probed map[netip.Addr]bool, lb map[netip.Addr]string, problem bool) []Conflict {
 	m := &v.nodeAddrs
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	need := problem || m.standing
-	for ip := range probed {
-		if !m.checked[ip] {
-			need = true
-			break
-		}
-	}
-	if !need {
+	if len(probed) == 0 {
+		m.standing = false
 		return nil
 	}
-	st := v.metallb.get(ctx)
-	if st.nodes == nil {
-		return nil
-	}
-	var out []Conflict
-	for name, n := range st.nodes {
-		if name == v.nodeName {
-			continue
-		}
-		for _, a := range n.addresses {
-			if svc, ok := lb[a.ip]; ok && probed[a.ip] {
-				out = append(out, nodeAddressConflict(a.ip, svc, name, a.typ))
+	if !m.read || problem || m.standing {
+		if st := v.metallb.get(ctx); st.nodes != nil {
+			m.read, m.addrs = true, map[netip.Addr][]nodeRef{}
+			for name, n := range st.nodes {
+				if name == v.nodeName {
+					continue
+				}
+				for _, a := range n.addresses {
+					m.addrs[a.ip] = append(m.addrs[a.ip], nodeRef{node: name, typ: a.typ})
+				}
 			}
 		}
 	}
-	m.checked = make(map[netip.Addr]bool, len(probed))
+	var out []Conflict
 	for ip := range probed {
-		m.checked[ip] = true
+		svc, ok := lb[ip]
+		if !ok {
+			continue
+		}
+		for _, r := range m.addrs[ip] {
+			out = append(out, nodeAddressConflict(ip, svc, r.node, r.typ))
+		}
 	}
 	m.standing = len(out) > 0
 	return out
@@ -282,7 +288,7 @@ func interfaceConflicts(node string, ifs arpcheck.LocalInterfaces, lb map[netip.
 //     kube-ipvs0 (interfaces: netlink, local): reported by this node only;
 //   - an IP that is an address of another Node, whether or not it runs an
 //     agent: reported by the nodes that probe that IP (the k probers), from
-//     every Node read on demand (allNodeAddressConflicts);
+//     every Node's addresses as last read on demand (allNodeAddressConflicts);
 //   - an IP two Services hold that MetalLB would not let share it: reported
 //     by the nodes that probe that IP (the k probers), from the Services
 //     cache (no read).

@@ -180,9 +180,9 @@ func trackedIPs(ctx context.Context, t *testing.T, src arpcheck.TargetSource) ma
 }
 
 // TestNodeAddressConflictReads checks when every Node is read for the
-// addresses of nodes without an agent: for IPs not compared yet, on a
-// problem, and while a conflict stands; not while the probed IPs stay
-// answered as they were.
+// addresses of nodes without an agent: on the first run, on a problem, and
+// while a conflict stands; a new IP is compared with the addresses last
+// read, and nothing is read while the probed IPs stay answered.
 func TestNodeAddressConflictReads(t *testing.T) {
 	cp := node("cp", true, "")
 	cp.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.3"}}
@@ -225,8 +225,10 @@ func TestNodeAddressConflictReads(t *testing.T) {
 		{name: "same IPs answered: no read", probed: web, reads: 1},
 		{name: "a problem reads", probed: web, problem: true, reads: 2},
 		{name: "answered again: no read", probed: web, reads: 2},
-		{name: "a new IP reads", probed: map[netip.Addr]bool{netip.MustParseAddr("192.0.2.20"): true, netip.MustParseAddr("192.0.2.3"): true}, reads: 3, conflict: true},
-		{name: "a standing conflict reads", probed: map[netip.Addr]bool{netip.MustParseAddr("192.0.2.20"): true, netip.MustParseAddr("192.0.2.3"): true}, reads: 4, conflict: true},
+		{name: "a new IP: compared with the addresses read, no read", probed: map[netip.Addr]bool{netip.MustParseAddr("192.0.2.20"): true, netip.MustParseAddr("192.0.2.3"): true}, reads: 2, conflict: true},
+		{name: "a standing conflict reads", probed: map[netip.Addr]bool{netip.MustParseAddr("192.0.2.20"): true, netip.MustParseAddr("192.0.2.3"): true}, reads: 3, conflict: true},
+		{name: "the IP gone: the conflict stood, so read once more", probed: web, reads: 4},
+		{name: "answered: no read", probed: web, reads: 4},
 	}
 	for _, s := range steps {
 		expire()
