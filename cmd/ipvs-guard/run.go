@@ -92,7 +92,7 @@ func newRunCommand() *cobra.Command {
 	f.IntVar(&opts.apiBurst, "kube-api-burst", 10, "burst of queries to the API server")
 	f.StringVar(&opts.peersService, "peers-service", "", "namespace/name of the headless Service selecting the agents' pods: its ready endpoints' nodes are the peers ARP probes are sharded over (the chart sets it); without it this node probes every LoadBalancer IP it does not announce")
 	f.StringVar(&opts.metallbNS, "metallb-namespace", clusterview.DefaultMetalLBNamespace, "namespace of MetalLB's IPAddressPools, L2Advertisements and speaker Pods, read (list) to say why a LoadBalancer IP this node probes is not answered")
-	f.DurationVar(&opts.metallbTTL, "metallb-state-ttl", clusterview.MetalLBStateTTL, "reuse what was read of MetalLB's state and the Nodes for this long (read only while an IP this node probes is unanswered)")
+	f.DurationVar(&opts.metallbTTL, "metallb-state-ttl", clusterview.MetalLBStateTTL, "reuse what was read of MetalLB's state and the Nodes for this long (read at start, while an IP this node probes is unanswered or claimed twice, when an announcer changes, and every 5 TTLs for IPs with preferredNodeSelectors)")
 	f.BoolVar(&opts.profiling, "profiling", false, "serve Go's /debug/pprof on the health probe address (for measuring the agent's memory and CPU)")
 	return cmd
 }

@@ -21,7 +21,7 @@ fi
 bin=$(mktemp -d)/metallb.test
 trap 'rm -rf "$(dirname "$bin")"' EXIT
 go test -c -tags metallb -o "$bin" ./test/metallb/
-run=(-test.run "${METALLB_TEST_RUN:-^(TestMetalLBSegment|TestMetalLBCauses)$}" -test.v)
+run=(-test.run "${METALLB_TEST_RUN:-^(TestMetalLBSegment|TestMetalLBCauses|TestMetalLBElection)$}" -test.v)
 case "${1:-}" in
 --demo) run=(-test.run TestMetalLBDemo) ;;
 --bench) run=(-test.run '^$' -test.bench BenchmarkMetalLBSpeakerRTT -test.benchtime 1x) ;;

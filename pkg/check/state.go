@@ -26,6 +26,10 @@ type State struct {
 	// LBIPConflict is a LoadBalancer IP something else claims too
 	// (ipvs_guard_lb_ip_conflict).
 	LBIPConflict *LBIPConflictState
+	// ARPPreference is a LoadBalancer IP announced by another node than
+	// the one MetalLB's preferredNodeSelectors prefer
+	// (ipvs_guard_arp_announcer_not_preferred).
+	ARPPreference *ARPPreferenceState
 	// KubeProxySync is kube-proxy's sync freshness for one IP family
 	// (ipvs_guard_kube_proxy_sync_*).
 	KubeProxySync *KubeProxySyncState
@@ -180,6 +184,20 @@ type ARPState struct {
 	// Cause names why the IP is not answered, when known
 	// (ipvs_guard_arp_no_reply_cause).
 	Cause string
+}
+
+// ARPPreferenceState is one LoadBalancer IP whose announcer (MetalLB's
+// ServiceL2Status) is not the node MetalLB's preferredNodeSelectors weights
+// prefer among the eligible nodes: an advisory, never a condition.
+type ARPPreferenceState struct {
+	// IP is the LoadBalancer IP.
+	IP string
+	// Service is its Service (namespace/name).
+	Service string
+	// Announcer is the node ServiceL2Status names.
+	Announcer string
+	// Preferred is the node MetalLB's weighting elects.
+	Preferred string
 }
 
 // LBIPConflictState is one LoadBalancer IP that something besides its

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 )
 
@@ -21,6 +22,14 @@ const (
 	CauseNotFromPool = "NotFromAnyPool"
 	// CauseNoL2Advertisement: the IP's pool is selected by no L2Advertisement.
 	CauseNoL2Advertisement = "NoL2Advertisement"
+	// CauseServiceSelectors: L2Advertisements select the IP's pool, but
+	// the serviceSelectors of every one of them (MetalLB ≥ 0.16.0) leave
+	// the Service out: no L2Advertisement selects this Service.
+	CauseServiceSelectors = "L2AdvertisementServiceSelectors"
+	// CauseSharedIPWithServiceSelectors: the Service carries MetalLB's
+	// allow-shared-ip annotation and an L2Advertisement that selects it has
+	// serviceSelectors, which MetalLB v0.16.2 refuses to announce.
+	CauseSharedIPWithServiceSelectors = "SharedIPWithServiceSelectors"
 	// CauseNoReadyEndpoints: the Service has no ready endpoint; MetalLB
 	// announces only a Service with one.
 	CauseNoReadyEndpoints = "NoReadyEndpoints"
@@ -63,8 +72,10 @@ const maxNamed = 10
 // Explain says why in, found unanswered by this node's probe, is not
 // answered, from MetalLB's state as its speakers read it (v0.16.2,
 // speaker/layer2_controller.go): an IP is announced only if it is in an
-// IPAddressPool, an L2Advertisement selects that pool, the Service has a
-// ready endpoint, and a node the advertisement's nodeSelectors select has
+// IPAddressPool, an L2Advertisement selects that pool and, by its
+// serviceSelectors, the Service (without allow-shared-ip when it has
+// serviceSelectors), the Service has a ready endpoint, and a node the
+// advertisement's nodeSelectors select has
 // a speaker in the memberlist, has no NetworkUnavailable=True condition
 // and no node.kubernetes.io/exclude-from-external-load-balancers label
 // (and, with externalTrafficPolicy Local, a ready endpoint).
@@ -111,11 +122,26 @@ func (v *View) Explain(ctx context.Context, in LoadBalancerIngress) Cause {
 			"IPAddressPool %s/%s is selected by no L2Advertisement, so MetalLB assigns its addresses and announces none: add an L2Advertisement naming it in spec.ipAddressPools (kubectl -n %s get l2advertisements)",
 			ns, p.name, ns)}
 	}
+	svc, _ := v.services.Services(in.Service.Namespace).Get(in.Service.Name)
+	var svcLabels map[string]string
+	if svc != nil {
+		svcLabels = svc.Labels
+	}
+	poolAds := ads
+	if ads = adsForService(poolAds, svcLabels); len(ads) == 0 {
+		return Cause{Reason: CauseServiceSelectors, Message: fmt.Sprintf(
+			"no L2Advertisement selects this Service: the serviceSelectors of %s (the L2Advertisements of IPAddressPool %s/%s) match none of Service %s's labels (%s), so no speaker announces it: label the Service to match one, or change the serviceSelectors (kubectl -n %s get l2advertisements -o yaml)",
+			describeServiceSelectors(ns, poolAds), ns, p.name, in.Service, labelsText(svcLabels), ns)}
+	}
+	if svc != nil && sharingKey(svc) != "" && slices.ContainsFunc(ads, func(a l2Ad) bool { return len(a.serviceSelectors) > 0 }) {
+		return Cause{Reason: CauseSharedIPWithServiceSelectors, Message: fmt.Sprintf(
+			"Service %s carries MetalLB's %s annotation and is selected by serviceSelectors of %s, which MetalLB (≥ 0.16.0) refuses to announce together: drop the annotation, or announce it through an L2Advertisement without serviceSelectors",
+			in.Service, AllowSharedIPAnnotation, describeServiceSelectors(ns, ads))}
+	}
 	adNames := make([]string, len(ads))
 	for i, a := range ads {
 		adNames[i] = ns + "/" + a.name
 	}
-	svc, _ := v.services.Services(in.Service.Namespace).Get(in.Service.Name)
 	local := svc != nil && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 	epNodes := v.readyEndpointNodes(ctx, in.Service.Namespace, in.Service.Name)
 	if len(epNodes) == 0 {
@@ -228,6 +254,31 @@ func announcerCause(st *metallbState, node string) Cause {
 	}
 	return Cause{Reason: CauseAnnouncerIneligible, Message: fmt.Sprintf(
 		"ServiceL2Status names node %s as its announcer, which may not announce: %s", node, why)}
+}
+
+// describeServiceSelectors names each advertisement with its
+// serviceSelectors, e.g. "L2Advertisement metallb-system/web (serviceSelectors: app=web)".
+func describeServiceSelectors(ns string, ads []l2Ad) string {
+	parts := make([]string, 0, len(ads))
+	for _, a := range ads {
+		sel := "none: every Service"
+		if len(a.serviceSelectorText) > 0 {
+			sel = strings.Join(a.serviceSelectorText, " or ")
+		}
+		parts = append(parts, fmt.Sprintf("L2Advertisement %s/%s (serviceSelectors: %s)", ns, a.name, sel))
+	}
+	if len(parts) > maxNamed {
+		return fmt.Sprintf("%s and %d more", strings.Join(parts[:maxNamed], ", "), len(parts)-maxNamed)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// labelsText says labels as k=v pairs, sorted ("none" when there are none).
+func labelsText(l map[string]string) string {
+	if len(l) == 0 {
+		return "none"
+	}
+	return labels.Set(l).String()
 }
 
 // joinNodes lists names, at most maxNamed of them.

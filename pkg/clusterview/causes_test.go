@@ -70,6 +70,14 @@ func TestExplain(t *testing.T) {
 	local := lbService("default", "web", "192.0.2.20")
 	local.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 	epC := endpointSlice("web", true, "c")
+	labelled := lbService("default", "web", "192.0.2.20")
+	labelled.Labels = map[string]string{"app": "web"}
+	shared := lbService("default", "web", "192.0.2.20")
+	shared.Labels = map[string]string{"app": "web"}
+	shared.Annotations = map[string]string{AllowSharedIPAnnotation: "k"}
+	svcSel := func(name, app string) *unstructured.Unstructured {
+		return metallbObj("L2Advertisement", name, nil, map[string]any{"serviceSelectors": []any{map[string]any{"matchLabels": map[string]any{"app": app}}}})
+	}
 	join := func(groups ...[]runtime.Object) []runtime.Object {
 		var out []runtime.Object
 		for _, g := range groups {
@@ -100,6 +108,21 @@ func TestExplain(t *testing.T) {
 		{name: "advertisement by pool selector", kube: join(threeNodes, []runtime.Object{web, epC}),
 			metallb: join([]runtime.Object{pool24, metallbObj("L2Advertisement", "l2", nil, map[string]any{"ipAddressPoolSelectors": []any{map[string]any{"matchLabels": map[string]any{"tier": "l2"}}}})}, speakersAB),
 			want:    CauseSpeakerNotAnnouncing},
+		{name: "service selectors exclude the Service", kube: join(threeNodes, []runtime.Object{labelled, epC}),
+			metallb: join([]runtime.Object{pool24, svcSel("db-only", "db"), svcSel("cache-only", "cache")}, speakersAB),
+			want:    CauseServiceSelectors, says: []string{"no L2Advertisement selects this Service", "L2Advertisement metallb-system/db-only (serviceSelectors: app=db)", "metallb-system/cache-only (serviceSelectors: app=cache)", "Service default/web's labels (app=web)"}},
+		{name: "service selectors and no labels", kube: join(threeNodes, []runtime.Object{web, epC}),
+			metallb: join([]runtime.Object{pool24, svcSel("db-only", "db")}, speakersAB),
+			want:    CauseServiceSelectors, says: []string{"labels (none)"}},
+		{name: "one advertisement selects the Service", kube: join(threeNodes, []runtime.Object{labelled, epC}),
+			metallb: join([]runtime.Object{pool24, svcSel("db-only", "db"), svcSel("web-only", "web")}, speakersAB),
+			want:    CauseSpeakerNotAnnouncing, says: []string{"metallb-system/web-only"}},
+		{name: "an advertisement without service selectors selects every Service", kube: join(threeNodes, []runtime.Object{labelled, epC}),
+			metallb: join([]runtime.Object{pool24, svcSel("db-only", "db"), adAll}, speakersAB),
+			want:    CauseSpeakerNotAnnouncing, says: []string{"metallb-system/l2"}},
+		{name: "allow-shared-ip with service selectors", kube: join(threeNodes, []runtime.Object{shared, epC}),
+			metallb: join([]runtime.Object{pool24, svcSel("web-only", "web")}, speakersAB),
+			want:    CauseSharedIPWithServiceSelectors, says: []string{"metallb.io/allow-shared-ip", "metallb-system/web-only (serviceSelectors: app=web)"}},
 		{name: "no ready endpoint", kube: join(threeNodes, []runtime.Object{web, endpointSlice("web", false, "a")}), metallb: join([]runtime.Object{pool24, adAll}, speakersAB),
 			want: CauseNoReadyEndpoints, says: []string{"Service default/web has no ready endpoint"}},
 		{name: "node selectors match nothing", kube: join(threeNodes, []runtime.Object{web, epC}),

@@ -176,15 +176,76 @@ func nodeAddressConflicts(node *corev1.Node, lb map[netip.Addr]string) []Conflic
 		if err != nil {
 			continue
 		}
-		svc, ok := lb[ip.Unmap()]
+		if svc, ok := lb[ip.Unmap()]; ok {
+			out = append(out, nodeAddressConflict(ip.Unmap(), svc, node.Name, a.Type))
+		}
+	}
+	return out
+}
+
+func nodeAddressConflict(ip netip.Addr, svc, node string, typ corev1.NodeAddressType) Conflict {
+	return Conflict{IP: ip.String(), Kind: ConflictNodeAddress, Service: svc, Other: node + "/" + string(typ), Message: fmt.Sprintf(
+		"%s is the LoadBalancer IP of Service %s and the %s of node %s (kube-proxy binds it to kube-ipvs0 on every node, and that node's own traffic to it is lost; its kernel answers ARP for it whatever MetalLB elects): take it out of MetalLB's IPAddressPool (or the Service's spec) and give the Service another",
+		ip, svc, typ, node)}
+}
+
+// nodeAddressMemo keeps the addresses of every other Node as last read,
+// and whether a conflict stood then.
+type nodeAddressMemo struct {
+	mu       sync.Mutex
+	read     bool
+	addrs    map[netip.Addr][]nodeRef
+	standing bool
+}
+
+// nodeRef names one Node address: the node and the address's type.
+type nodeRef struct {
+	node string
+	typ  corev1.NodeAddressType
+}
+
+// allNodeAddressConflicts returns the probed IPs that are an InternalIP
+// or ExternalIP of any Node but this one (whose own Node the cache holds),
+// whether or not that node runs an agent: so the k probers of an IP report
+// it. The probed IPs, new ones included, are compared with the Nodes'
+// addresses as last read; every Node is read again (with MetalLB's state,
+// at most once per MetalLBStateTTL) only the first time this node probes
+// anything, when the arp check found a problem (a node answering for its
+// own address shows as a conflict or a wrong responder: so does a node
+// that joins with the address of a LoadBalancer IP), or while a conflict
+// stands; never while every probed IP stays answered.
+func (v *View) allNodeAddressConflicts(ctx context.Context, probed map[netip.Addr]bool, lb map[netip.Addr]string, problem bool) []Conflict {
+	m := &v.nodeAddrs
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(probed) == 0 {
+		m.standing = false
+		return nil
+	}
+	if !m.read || problem || m.standing {
+		if st := v.metallb.get(ctx); st.nodes != nil {
+			m.read, m.addrs = true, map[netip.Addr][]nodeRef{}
+			for name, n := range st.nodes {
+				if name == v.nodeName {
+					continue
+				}
+				for _, a := range n.addresses {
+					m.addrs[a.ip] = append(m.addrs[a.ip], nodeRef{node: name, typ: a.typ})
+				}
+			}
+		}
+	}
+	var out []Conflict
+	for ip := range probed {
+		svc, ok := lb[ip]
 		if !ok {
 			continue
 		}
-		other := node.Name + "/" + string(a.Type)
-		out = append(out, Conflict{IP: ip.Unmap().String(), Kind: ConflictNodeAddress, Service: svc, Other: other, Message: fmt.Sprintf(
-			"%s is the LoadBalancer IP of Service %s and the %s of node %s (kube-proxy binds it to kube-ipvs0 on every node, and this node's own traffic to it is lost): take it out of MetalLB's IPAddressPool (or the Service's spec) and give the Service another",
-			ip.Unmap(), svc, a.Type, node.Name)})
+		for _, r := range m.addrs[ip] {
+			out = append(out, nodeAddressConflict(ip, svc, r.node, r.typ))
+		}
 	}
+	m.standing = len(out) > 0
 	return out
 }
 
@@ -225,11 +286,16 @@ func interfaceConflicts(node string, ifs arpcheck.LocalInterfaces, lb map[netip.
 //   - an IP that is one of this node's addresses in its Node object (the
 //     cached own Node: no read) or sits on one of its interfaces other than
 //     kube-ipvs0 (interfaces: netlink, local): reported by this node only;
+//   - an IP that is an address of another Node, whether or not it runs an
+//     agent: reported by the nodes that probe that IP (the k probers), from
+//     every Node's addresses as last read on demand (allNodeAddressConflicts);
 //   - an IP two Services hold that MetalLB would not let share it: reported
 //     by the nodes that probe that IP (the k probers), from the Services
 //     cache (no read).
 //
-// So a conflict costs one Node write per node that reports it, not one per node.
+// So a conflict costs one Node write per node that reports it, not one per
+// node. The result also carries the AnnouncerNotPreferred advisories of the
+// probed IPs (preference.go), which change neither its status nor its message.
 func (v *View) ConflictCheck(k int, interfaces func() (arpcheck.LocalInterfaces, error), build func(arpcheck.TargetSource) (*arpcheck.Checker, error)) (check.Checker, error) {
 	t := &trackedTargets{src: v.ARPTargets(k)}
 	inner, err := build(t.get)
@@ -241,16 +307,20 @@ func (v *View) ConflictCheck(k int, interfaces func() (arpcheck.LocalInterfaces,
 		if err != nil {
 			return res, err
 		}
-		conflicts := v.conflicts(ctx, t.ips(), interfaces)
+		conflicts := v.conflicts(ctx, t.ips(), interfaces, res.Status == check.StatusProblem)
+		for _, p := range v.preferences(ctx, t.list()) {
+			res.Findings = append(res.Findings, p)
+		}
 		return withConflicts(res, conflicts), nil
 	}}, nil
 }
 
 // trackedTargets remembers the IPs of the latest targets its source gave.
 type trackedTargets struct {
-	src arpcheck.TargetSource
-	mu  sync.Mutex
-	set map[netip.Addr]bool
+	src  arpcheck.TargetSource
+	mu   sync.Mutex
+	set  map[netip.Addr]bool
+	last []arpcheck.Target
 }
 
 func (t *trackedTargets) get(ctx context.Context) ([]arpcheck.Target, error) {
@@ -260,9 +330,15 @@ func (t *trackedTargets) get(ctx context.Context) ([]arpcheck.Target, error) {
 		set[x.IP.Unmap()] = true
 	}
 	t.mu.Lock()
-	t.set = set
+	t.set, t.last = set, ts
 	t.mu.Unlock()
 	return ts, err
+}
+
+func (t *trackedTargets) list() []arpcheck.Target {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.last
 }
 
 func (t *trackedTargets) ips() map[netip.Addr]bool {
@@ -273,7 +349,7 @@ func (t *trackedTargets) ips() map[netip.Addr]bool {
 
 // conflicts lists the conflicts this node reports (see ConflictCheck),
 // sorted by IP, kind and claimants.
-func (v *View) conflicts(ctx context.Context, probed map[netip.Addr]bool, interfaces func() (arpcheck.LocalInterfaces, error)) []Conflict {
+func (v *View) conflicts(ctx context.Context, probed map[netip.Addr]bool, interfaces func() (arpcheck.LocalInterfaces, error), problem bool) []Conflict {
 	svcs, err := v.Services()
 	if err != nil {
 		return nil
@@ -299,6 +375,7 @@ func (v *View) conflicts(ctx context.Context, probed map[netip.Addr]bool, interf
 			skip[c.IP] = true
 		}
 	}
+	out = append(out, v.allNodeAddressConflicts(ctx, probed, lb, problem)...)
 	if interfaces != nil {
 		ifs, err := interfaces()
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
@@ -81,6 +82,7 @@ func TestConflictCheck(t *testing.T) {
 		name     string
 		objs     []*corev1.Service
 		self     *corev1.Node
+		others   []*corev1.Node // other Nodes, running no agent
 		ifs      arpcheck.LocalInterfaces
 		inner    check.Result
 		want     check.Result // Status, Reason
@@ -104,12 +106,24 @@ func TestConflictCheck(t *testing.T) {
 			ifs:   arpcheck.LocalInterfaces{"eth0": {netip.MustParsePrefix("192.0.2.2/24"), netip.MustParsePrefix("192.0.2.20/32")}, "kube-ipvs0": {netip.MustParsePrefix("192.0.2.20/32")}},
 			inner: check.Skipped(check.NameARP, arpcheck.ReasonNoTargets, "no LoadBalancer IPs to probe"), want: check.Result{Status: check.StatusProblem, Reason: ReasonLBIPConflict},
 			says: []string{"sits on interface eth0 of node self", "ip address del 192.0.2.20/32 dev eth0"}, kinds: []string{ConflictInterface}},
+		{name: "address of a node without an agent", objs: []*corev1.Service{lbService("default", "web", "192.0.2.3")}, self: node("self", true, ""),
+			others: []*corev1.Node{withAddr(node("cp", true, ""), corev1.NodeInternalIP, "192.0.2.3")},
+			inner:  answered, want: check.Result{Status: check.StatusProblem, Reason: ReasonLBIPConflict},
+			says: []string{"192.0.2.3 is the LoadBalancer IP of Service default/web and the InternalIP of node cp"}, kinds: []string{ConflictNodeAddress}},
+		{name: "address of a node, IP another node probes", notProbe: true, objs: []*corev1.Service{lbService("default", "web", "192.0.2.3")}, self: node("self", true, ""),
+			others: []*corev1.Node{withAddr(node("cp", true, ""), corev1.NodeExternalIP, "192.0.2.3")},
+			inner:  answered, want: answered},
 		{name: "service conflict of an IP another node probes", notProbe: true, objs: []*corev1.Service{sharedService("a", "", false, nil, 80), sharedService("b", "", false, nil, 80)}, self: node("self", true, ""),
 			inner: answered, want: answered},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cs := fake.NewClientset(tt.self)
+			for _, n := range tt.others {
+				if _, err := cs.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			for _, s := range tt.objs {
 				if _, err := cs.CoreV1().Services(s.Namespace).Create(context.Background(), s, metav1.CreateOptions{}); err != nil {
 					t.Fatal(err)
@@ -126,7 +140,7 @@ func TestConflictCheck(t *testing.T) {
 			if !tt.notProbe {
 				probed = trackedIPs(ctx, t, v.ARPTargets(0))
 			}
-			got := withConflicts(tt.inner, v.conflicts(ctx, probed, func() (arpcheck.LocalInterfaces, error) { return tt.ifs, nil }))
+			got := withConflicts(tt.inner, v.conflicts(ctx, probed, func() (arpcheck.LocalInterfaces, error) { return tt.ifs, nil }, tt.inner.Status == check.StatusProblem))
 			if got.Status != tt.want.Status || got.Reason != tt.want.Reason {
 				t.Fatalf("result %s/%s (%s), want %s/%s", got.Status, got.Reason, got.Message, tt.want.Status, tt.want.Reason)
 			}
@@ -163,4 +177,67 @@ func trackedIPs(ctx context.Context, t *testing.T, src arpcheck.TargetSource) ma
 		out[x.IP] = true
 	}
 	return out
+}
+
+// TestNodeAddressConflictReads checks when every Node is read for the
+// addresses of nodes without an agent: on the first run, on a problem, and
+// while a conflict stands; a new IP is compared with the addresses last
+// read, and nothing is read while the probed IPs stay answered.
+func TestNodeAddressConflictReads(t *testing.T) {
+	cp := node("cp", true, "")
+	cp.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.3"}}
+	cs := fake.NewClientset(node("self", true, ""), cp, lbService("default", "web", "192.0.2.20"))
+	v := New("self", kubetest.FromClientset(cs), nil, metaOf(cs))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer v.Shutdown()
+	defer cancel()
+	if err := v.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lists := func() int {
+		n := 0
+		for _, a := range cs.Actions() {
+			if a.GetVerb() == "list" && a.GetResource().Resource == "nodes" && a.(interface {
+				GetListRestrictions() k8stesting.ListRestrictions
+			}).GetListRestrictions().Fields.Empty() {
+				n++
+			}
+		}
+		return n
+	}
+	lb := map[netip.Addr]string{netip.MustParseAddr("192.0.2.20"): "default/web", netip.MustParseAddr("192.0.2.3"): "default/other"}
+	expire := func() {
+		v.metallb.mu.Lock()
+		if v.metallb.state != nil {
+			v.metallb.state.read = v.metallb.state.read.Add(-MetalLBStateTTL)
+		}
+		v.metallb.mu.Unlock()
+	}
+	web := map[netip.Addr]bool{netip.MustParseAddr("192.0.2.20"): true}
+	steps := []struct {
+		name     string
+		probed   map[netip.Addr]bool
+		problem  bool
+		reads    int // Node LISTs after the step
+		conflict bool
+	}{
+		{name: "first run reads", probed: web, reads: 1},
+		{name: "same IPs answered: no read", probed: web, reads: 1},
+		{name: "a problem reads", probed: web, problem: true, reads: 2},
+		{name: "answered again: no read", probed: web, reads: 2},
+		{name: "a new IP: compared with the addresses read, no read", probed: map[netip.Addr]bool{netip.MustParseAddr("192.0.2.20"): true, netip.MustParseAddr("192.0.2.3"): true}, reads: 2, conflict: true},
+		{name: "a standing conflict reads", probed: map[netip.Addr]bool{netip.MustParseAddr("192.0.2.20"): true, netip.MustParseAddr("192.0.2.3"): true}, reads: 3, conflict: true},
+		{name: "the IP gone: the conflict stood, so read once more", probed: web, reads: 4},
+		{name: "answered: no read", probed: web, reads: 4},
+	}
+	for _, s := range steps {
+		expire()
+		got := v.allNodeAddressConflicts(ctx, s.probed, lb, s.problem)
+		if n := lists(); n != s.reads {
+			t.Errorf("%s: %d Node LISTs, want %d", s.name, n, s.reads)
+		}
+		if (len(got) > 0) != s.conflict {
+			t.Errorf("%s: conflicts %+v, want any: %v", s.name, got, s.conflict)
+		}
+	}
 }

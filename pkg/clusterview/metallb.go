@@ -77,13 +77,43 @@ func (r addrRange) contains(ip netip.Addr) bool {
 	return ip.BitLen() == r.from.BitLen() && r.from.Compare(ip) <= 0 && ip.Compare(r.to) <= 0
 }
 
-// l2Ad is an L2Advertisement: which pools and nodes it selects.
+// l2Ad is an L2Advertisement: which pools, Services and nodes it selects,
+// and its weighted node preferences.
 type l2Ad struct {
 	name          string
 	pools         []string
 	poolSelectors []labels.Selector
 	nodeSelectors []labels.Selector
 	interfaces    []string
+	// serviceSelectors (MetalLB ≥ 0.16.0) limit the Services it
+	// announces (none: every Service of its pools); serviceSelectorText
+	// says them in messages.
+	serviceSelectors    []labels.Selector
+	serviceSelectorText []string
+	// preferred are its preferredNodeSelectors (MetalLB ≥ 0.16.2).
+	preferred []preference
+}
+
+// preference is one of an L2Advertisement's preferredNodeSelectors: the
+// weight (1-100) a node its selector matches gains in the election.
+type preference struct {
+	weight   int64
+	selector labels.Selector
+}
+
+// selectsService reports whether the advertisement's serviceSelectors
+// (none: every Service) match a Service's labels: MetalLB v0.16.2's
+// l2AdsForService (speaker/layer2_controller.go).
+func (a l2Ad) selectsService(svcLabels map[string]string) bool {
+	if len(a.serviceSelectors) == 0 {
+		return true
+	}
+	for _, s := range a.serviceSelectors {
+		if s.Matches(labels.Set(svcLabels)) {
+			return true
+		}
+	}
+	return false
 }
 
 // selectsPool reports whether the advertisement applies to p: MetalLB
@@ -122,6 +152,15 @@ type nodeInfo struct {
 	labels             map[string]string
 	excluded           bool
 	networkUnavailable bool
+	// addresses are its InternalIP and ExternalIP addresses, with their
+	// type (for LoadBalancer IP conflicts, conflicts.go).
+	addresses []nodeAddress
+}
+
+// nodeAddress is one of a Node's InternalIP or ExternalIP addresses.
+type nodeAddress struct {
+	ip  netip.Addr
+	typ corev1.NodeAddressType
 }
 
 // metallbOnDemand reads MetalLB's state when an IP is found unanswered and
@@ -143,15 +182,22 @@ func newMetalLBOnDemand(client kube.Interface, dyn dynamic.Interface) *metallbOn
 		namespace: DefaultMetalLBNamespace, speakers: DefaultSpeakerSelector}
 }
 
-// get returns MetalLB's state, read at most once per ttl: four LISTs (pools
-// and advertisements in MetalLB's namespace, its speaker Pods by label,
-// every Node). A failed read is kept for the ttl too, so an agent without
-// the permission or the CRDs does not retry on every run.
+// get returns MetalLB's state, read at most once per ttl: four LISTs
+// (every Node, then pools and advertisements in MetalLB's namespace and its
+// speaker Pods by label). A failed read is kept for the ttl too, so an agent
+// without the permission or the CRDs does not retry on every run; the Nodes
+// read before the failure are kept in it.
 func (m *metallbOnDemand) get(ctx context.Context) *metallbState {
+	return m.getSince(ctx, time.Time{})
+}
+
+// getSince is get, but reads again when what it keeps was read before
+// since (a change seen after that read may not be in it).
+func (m *metallbOnDemand) getSince(ctx context.Context, since time.Time) *metallbState {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clock.Now()
-	if m.state != nil && now.Sub(m.state.read) < m.ttl {
+	if m.state != nil && now.Sub(m.state.read) < m.ttl && !m.state.read.Before(since) {
 		return m.state
 	}
 	st := &metallbState{read: now}
@@ -161,11 +207,37 @@ func (m *metallbOnDemand) get(ctx context.Context) *metallbState {
 }
 
 func (m *metallbOnDemand) read(ctx context.Context, st *metallbState) error {
+	// resourceVersion 0: served from the API server's watch cache.
+	opts := metav1.ListOptions{ResourceVersion: "0"}
+	// Nodes first: LoadBalancer IP conflicts with node addresses need them
+	// even where MetalLB's CRDs are not installed.
+	nodes, err := m.client.Nodes().List(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("listing Nodes: %w", err)
+	}
+	st.nodes = make(map[string]nodeInfo, len(nodes.Items))
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		_, excluded := n.Labels[ExcludeFromLoadBalancersLabel]
+		info := nodeInfo{labels: n.Labels, excluded: excluded}
+		for _, a := range n.Status.Addresses {
+			if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+				continue
+			}
+			if ip, err := netip.ParseAddr(a.Address); err == nil {
+				info.addresses = append(info.addresses, nodeAddress{ip: ip.Unmap(), typ: a.Type})
+			}
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeNetworkUnavailable && c.Status == corev1.ConditionTrue {
+				info.networkUnavailable = true
+			}
+		}
+		st.nodes[n.Name] = info
+	}
 	if m.dyn == nil {
 		return fmt.Errorf("no dynamic client to read MetalLB's configuration")
 	}
-	// resourceVersion 0: served from the API server's watch cache.
-	opts := metav1.ListOptions{ResourceVersion: "0"}
 	pools, err := m.dyn.Resource(IPAddressPoolGVR).Namespace(m.namespace).List(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("listing MetalLB IPAddressPools in %s: %w", m.namespace, err)
@@ -191,22 +263,6 @@ func (m *metallbOnDemand) read(ctx context.Context, st *metallbState) error {
 			continue
 		}
 		st.speakers[p.Spec.NodeName] = st.speakers[p.Spec.NodeName] || podReady(&p)
-	}
-	nodes, err := m.client.Nodes().List(ctx, opts)
-	if err != nil {
-		return fmt.Errorf("listing Nodes: %w", err)
-	}
-	st.nodes = make(map[string]nodeInfo, len(nodes.Items))
-	for i := range nodes.Items {
-		n := &nodes.Items[i]
-		_, excluded := n.Labels[ExcludeFromLoadBalancersLabel]
-		info := nodeInfo{labels: n.Labels, excluded: excluded}
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeNetworkUnavailable && c.Status == corev1.ConditionTrue {
-				info.networkUnavailable = true
-			}
-		}
-		st.nodes[n.Name] = info
 	}
 	return nil
 }
@@ -264,7 +320,38 @@ func parseAd(u unstructured.Unstructured) l2Ad {
 	a.interfaces, _, _ = unstructured.NestedStringSlice(u.Object, "spec", "interfaces")
 	a.poolSelectors = selectors(u.Object, "ipAddressPoolSelectors")
 	a.nodeSelectors = selectors(u.Object, "nodeSelectors")
+	a.serviceSelectors = selectors(u.Object, "serviceSelectors")
+	for _, s := range a.serviceSelectors {
+		a.serviceSelectorText = append(a.serviceSelectorText, selectorText(s))
+	}
+	prefs, _, _ := unstructured.NestedSlice(u.Object, "spec", "preferredNodeSelectors")
+	for _, it := range prefs {
+		m, ok := it.(map[string]any)
+		if !ok {
+			continue
+		}
+		var p struct {
+			Weight     int32                `json:"weight"`
+			Preference metav1.LabelSelector `json:"preference"`
+		}
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(m, &p) != nil {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(&p.Preference)
+		if err != nil {
+			continue
+		}
+		a.preferred = append(a.preferred, preference{weight: int64(p.Weight), selector: sel})
+	}
 	return a
+}
+
+// selectorText says a selector as kubectl would ("<all>" for the empty one).
+func selectorText(s labels.Selector) string {
+	if s.Empty() {
+		return "<all>"
+	}
+	return s.String()
 }
 
 func selectors(obj map[string]any, field string) []labels.Selector {

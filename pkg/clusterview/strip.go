@@ -47,8 +47,9 @@ func intern(s string) string {
 // stripService keeps what the ipvs, arp-sysctls and arp checks read: name,
 // namespace, the proxy-name label kube-proxy honours, type, cluster IPs,
 // external IPs, ports (name, protocol, port), traffic policies and the
-// LoadBalancer ingress IPs with their mode; for a LoadBalancer Service,
-// MetalLB's allow-shared-ip annotations and, with one and
+// LoadBalancer ingress IPs with their mode; for a LoadBalancer Service, its
+// labels (L2Advertisement serviceSelectors), MetalLB's allow-shared-ip
+// annotations and, with one and
 // externalTrafficPolicy Local, the selector.
 func stripService(obj any) (any, error) {
 	s, ok := obj.(*corev1.Service)
@@ -62,6 +63,11 @@ func stripService(obj any) (any, error) {
 			ExternalTrafficPolicy: trafficPolicy(s.Spec.ExternalTrafficPolicy)},
 	}
 	if s.Spec.Type == corev1.ServiceTypeLoadBalancer {
+		// MetalLB's L2Advertisement serviceSelectors match a LoadBalancer
+		// Service's labels (causes.go, election.go): all of them are kept.
+		if len(s.Labels) > 0 {
+			out.Labels = s.Labels
+		}
 		// MetalLB's sharing rules (conflicts.go): its annotations, and the
 		// selector it compares for externalTrafficPolicy Local.
 		for _, k := range []string{AllowSharedIPAnnotation, DeprecatedAllowSharedIPAnnotation} {

@@ -85,6 +85,11 @@ type View struct {
 	// metallb reads MetalLB's pools, advertisements, speaker Pods and the
 	// Nodes on demand, to say why an IP is not answered (causes.go).
 	metallb *metallbOnDemand
+	// preference remembers which announcers were judged against MetalLB's
+	// preferredNodeSelectors (preference.go), nodeAddrs which probed IPs
+	// were compared with every Node's addresses (conflicts.go).
+	preference preferenceMemo
+	nodeAddrs  nodeAddressMemo
 
 	// discoveryTimeout bounds the discovery read for MetalLB's CRD and
 	// stopTimeout the wait for the informers to stop (DiscoveryTimeout,

@@ -5,6 +5,7 @@ package clusterview
 import (
 	"context"
 	"errors"
+	"maps"
 	"testing"
 	"time"
 
@@ -108,9 +109,16 @@ func TestStripKeepsWhatChecksRead(t *testing.T) {
 	svc.Labels = map[string]string{"app": "web", ipvscheck.ServiceProxyNameLabel: "other"}
 	got, _ := stripService(svc)
 	want := lbService("default", "web", "192.0.2.20")
-	want.Labels = map[string]string{ipvscheck.ServiceProxyNameLabel: "other"}
+	// A LoadBalancer Service keeps its labels (L2Advertisement serviceSelectors).
+	want.Labels = map[string]string{"app": "web", ipvscheck.ServiceProxyNameLabel: "other"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("service (-want +got):\n%s", diff)
+	}
+	plain := svc.DeepCopy()
+	plain.Spec.Type = corev1.ServiceTypeClusterIP
+	plain.Status.LoadBalancer.Ingress = nil
+	if got, _ := stripService(plain); !maps.Equal(got.(*corev1.Service).Labels, map[string]string{ipvscheck.ServiceProxyNameLabel: "other"}) {
+		t.Errorf("ClusterIP service keeps labels %v, want only the proxy-name label", got.(*corev1.Service).Labels)
 	}
 
 	ready, node, zone := true, "a", "z1"

@@ -86,6 +86,7 @@ type Collector struct {
 	arpAnnouncerChanges   *prometheus.Desc
 	arpNoReplyCause       *prometheus.Desc
 	lbIPConflict          *prometheus.Desc
+	arpNotPreferred       *prometheus.Desc
 	nftablesReady         *prometheus.Desc
 	nftablesFindings      *prometheus.Desc
 	ipvsLeftovers         *prometheus.Desc
@@ -241,6 +242,9 @@ func newCollector(snapshot func() Snapshot, info version.Info) *Collector {
 		lbIPConflict: d("lb_ip", "conflict",
 			"A LoadBalancer IP something else claims too: kind node-address (a Node's InternalIP/ExternalIP), interface (an interface of this node other than kube-ipvs0) or service (another Service not sharing it by MetalLB's allow-shared-ip rules); owner is its Service, other the other claimant. The value is always 1.",
 			"ip", "kind", "owner", "other"),
+		arpNotPreferred: d("arp", "announcer_not_preferred",
+			"A LoadBalancer IP this node probes whose announcer (MetalLB's ServiceL2Status) is not the node MetalLB v0.16.2's preferredNodeSelectors weighting prefers among the eligible nodes (an advisory: a node label missing, or the speakers split); the value is always 1.",
+			"ip", "service", "announcer", "preferred"),
 		nftablesReady: d("nftables", "ready",
 			"Whether this node is ready for kube-proxy's nftables mode: 1 when the nftables-readiness report found no blocker, 0 when it found one; absent when the report has not run (an advisory: it feeds no Node condition)."),
 		nftablesFindings: d("nftables", "readiness_findings",
@@ -276,7 +280,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.buildInfo, c.checkStatus, c.conditionStatus, c.conditionReason,
 		c.moduleLoaded, c.moduleDeclared, c.moduleAvailable, c.moduleStale,
 		c.kubeProxyMode, c.kubeProxyStrictARP, c.virtualServers, c.virtualServersNoReal,
-		c.arpProbeResult, c.arpResponders, c.arpProbeRTT, c.arpAnnouncerChanges, c.arpNoReplyCause, c.lbIPConflict,
+		c.arpProbeResult, c.arpResponders, c.arpProbeRTT, c.arpAnnouncerChanges, c.arpNoReplyCause, c.lbIPConflict, c.arpNotPreferred,
 		c.nftablesReady, c.nftablesFindings, c.ipvsLeftovers,
 		c.reconcileTotal, c.reconcileErrors, c.reconcileLastSuccess, c.reconcileLastDuration,
 		c.ipvsDriftFindings, c.ipvsGoneConnections,
@@ -381,6 +385,17 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	})
 	for _, k := range conflicts {
 		gauge(c.lbIPConflict, 1, k.IP, k.Kind, k.Owner, k.Other)
+	}
+	notPreferred := make([]check.ARPPreferenceState, 0, len(st.notPreferred))
+	for k := range st.notPreferred {
+		notPreferred = append(notPreferred, k)
+	}
+	sort.Slice(notPreferred, func(i, j int) bool {
+		a, b := notPreferred[i], notPreferred[j]
+		return a.IP+"\x00"+a.Service+"\x00"+a.Announcer+"\x00"+a.Preferred < b.IP+"\x00"+b.Service+"\x00"+b.Announcer+"\x00"+b.Preferred
+	})
+	for _, k := range notPreferred {
+		gauge(c.arpNotPreferred, 1, k.IP, k.Service, k.Announcer, k.Preferred)
 	}
 	if d := st.drift; d != nil {
 		for _, kind := range sortedKeys(d.Findings) {

@@ -334,6 +334,7 @@ var stateSamples = map[string]check.State{
 	"Conntrack":     {Conntrack: &check.ConntrackState{Entries: 10, Max: 100}},
 	"Readiness":     {Readiness: &check.ReadinessState{Kind: "scheduler", Severity: "change"}},
 	"Leftover":      {Leftover: &check.LeftoverState{Kind: "kube-ipvs0"}},
+	"ARPPreference": {ARPPreference: &check.ARPPreferenceState{IP: "192.0.2.1", Service: "default/web", Announcer: "b", Preferred: "a"}},
 	"LBIPConflict":  {LBIPConflict: &check.LBIPConflictState{IP: "192.0.2.1", Kind: "service", Owner: "default/a", Other: "default/b"}},
 	"IPVSDrift":     {IPVSDrift: &check.IPVSDriftState{Findings: map[string]int{"stale-real-server": 1}, GoneBackendConnections: map[check.ServiceProtocol]int{{Service: "kube-system/kube-dns", Protocol: "UDP"}: 2}}},
 }

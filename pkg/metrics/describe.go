@@ -47,6 +47,7 @@ func Describe() ([]Family, error) {
 				stateFinding(check.State{ARP: &check.ARPState{IP: "192.0.2.1", Interface: "eth0", Result: "answered", Responders: 1, RTTSeconds: 0.001, Failover: true, FailoverSeconds: 2}}),
 				stateFinding(check.State{ARP: &check.ARPState{IP: "192.0.2.2", Interface: "eth0", Result: "no-reply", Service: "default/web", Cause: "NoL2Advertisement"}}),
 				stateFinding(check.State{LBIPConflict: &check.LBIPConflictState{IP: "192.0.2.3", Kind: "service", Owner: "default/a", Other: "default/b"}}),
+				stateFinding(check.State{ARPPreference: &check.ARPPreferenceState{IP: "192.0.2.1", Service: "default/web", Announcer: "b", Preferred: "a"}}),
 			}},
 			sample(check.NameIPVSSysctls, check.State{Sysctl: &check.SysctlState{Name: "net.ipv4.vs.conn_reuse_mode", Value: 1},
 				Advisory: &check.AdvisoryState{Check: check.NameIPVSSysctls, Advisory: "IPVSTCPTimeoutBelowKeepalive", Severity: "warning"}}),

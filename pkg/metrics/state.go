@@ -17,6 +17,7 @@ type nodeState struct {
 	modules        map[string]check.ModuleState
 	arp            map[[2]string]check.ARPState
 	conflicts      map[check.LBIPConflictState]bool
+	notPreferred   map[check.ARPPreferenceState]bool
 	mode           string
 	strictARP      *bool
 	virtualServers *int
@@ -36,7 +37,8 @@ type nodeState struct {
 func stateOf(results ...check.Result) nodeState {
 	st := nodeState{modules: map[string]check.ModuleState{}, arp: map[[2]string]check.ARPState{},
 		kpSync: map[string]check.KubeProxySyncState{}, advisories: map[[2]string]check.AdvisoryState{}, sysctls: map[string]float64{},
-		readiness: map[[2]string]int{}, leftovers: map[string]int{}, conflicts: map[check.LBIPConflictState]bool{}}
+		readiness: map[[2]string]int{}, leftovers: map[string]int{}, conflicts: map[check.LBIPConflictState]bool{},
+		notPreferred: map[check.ARPPreferenceState]bool{}}
 	for _, r := range results {
 		for _, f := range r.Findings {
 			st.add(findingState(f))
@@ -55,6 +57,9 @@ func (st *nodeState) add(s check.State) {
 	}
 	if c := s.LBIPConflict; c != nil && c.IP != "" {
 		st.conflicts[*c] = true
+	}
+	if p := s.ARPPreference; p != nil && p.IP != "" {
+		st.notPreferred[*p] = true
 	}
 	if kp := s.KubeProxy; kp != nil {
 		if kp.Mode != "" {
