@@ -25,6 +25,7 @@ type checkOptions struct {
 	root             string
 	scheduler        string
 	kubeProxyMetrics string
+	assumeProxyMode  string
 	probeIPs         []string
 	probeInterface   string
 }
@@ -36,6 +37,7 @@ func (o *checkOptions) addFlags(cmd *cobra.Command) {
 	f.StringVar(&o.root, "root", "/", "prefix for every host path read or written (/proc, /sys, /lib/modules, /etc, /run, /usr/lib)")
 	f.StringVar(&o.scheduler, "scheduler", "", "IPVS scheduler (default: from kube-proxy's /configz or ConfigMap, else rr)")
 	f.StringVar(&o.kubeProxyMetrics, "kube-proxy-metrics-address", "127.0.0.1:10249", "where kube-proxy serves /proxyMode and /configz")
+	f.StringVar(&o.assumeProxyMode, "assume-proxy-mode", "", "the mode kube-proxy is configured for when neither kube-proxy, the node's configuration nor the kernel's state tells it (ipvs, iptables, nftables); empty: the mode is then unknown and nothing is loaded or declared")
 	f.StringSliceVar(&o.probeIPs, "probe-ip", nil, "probe these IPs: IPv4 with ARP, IPv6 with neighbour discovery (repeatable or comma-separated)")
 	f.StringVar(&o.probeInterface, "interface", "", "interface to probe on (default: from a route lookup)")
 }
@@ -50,6 +52,11 @@ func (o *checkOptions) validate() error {
 		if err := kubeproxy.ValidateAddress(o.kubeProxyMetrics); err != nil {
 			return fmt.Errorf("--kube-proxy-metrics-address: %w", err)
 		}
+	}
+	switch o.assumeProxyMode {
+	case "", kubeproxy.ModeIPVS, kubeproxy.ModeIPTables, kubeproxy.ModeNFTables:
+	default:
+		return fmt.Errorf("--assume-proxy-mode: %q is not ipvs, iptables or nftables", o.assumeProxyMode)
 	}
 	// What the addresses alone say (not IP, not unicast); what this node's
 	// interfaces say (its own address, a subnet's broadcast) is checked
@@ -142,6 +149,7 @@ func (o *checkOptions) config(remediate bool) checkset.Config {
 		NodeName:                o.node(),
 		Scheduler:               o.scheduler,
 		KubeProxyMetricsAddress: o.kubeProxyMetrics,
+		AssumeProxyMode:         o.assumeProxyMode,
 		ProbeIPs:                o.probeIPs,
 		ProbeInterface:          o.probeInterface,
 		Remediate:               remediate,

@@ -103,7 +103,7 @@ func TestDiagnoseModulesCLI(t *testing.T) {
 	})
 	t.Run("fix repairs a stale owned file and exits 0", func(t *testing.T) {
 		dir := copyTestTree(t, "rocky8")
-		out, code := runCLI(t, "diagnose", "--root", dir, "--fix")
+		out, code := runCLI(t, "diagnose", "--root", dir, "--fix", "--assume-proxy-mode", "ipvs")
 		if code != 0 {
 			t.Fatalf("exit %d, want 0:\n%s", code, out)
 		}

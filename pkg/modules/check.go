@@ -63,8 +63,9 @@ type Config struct {
 	Distro distro.Distro
 	// IPVSUse, when set, is asked on every Run whether the IPVS
 	// prerequisites apply (kube-proxy's mode): when they do not, Run reads
-	// and changes nothing and reports check.ReasonIPVSNotInUse; when IPVS
-	// was assumed, its message says so. Nil: they always apply.
+	// and changes nothing and reports check.ReasonIPVSNotInUse; when the
+	// mode is not known (IPVSUse.Unknown), Run reports and does not
+	// remediate, and its message says why. Nil: they always apply.
 	IPVSUse check.IPVSUseFunc
 }
 
@@ -125,7 +126,9 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	}
 	var actions []string
 	var failures []string
-	if c.cfg.Remediate {
+	// Nothing is loaded or declared while kube-proxy's mode is not known
+	// (docs/design.md §3b): the result reports, and its message says why.
+	if c.cfg.Remediate && !use.Unknown {
 		actions, failures = c.remediate(klog.NewContext(ctx, log), obs)
 		if obs, err = observeWith(c.cfg.Root, sched, ix); err != nil {
 			return check.Result{}, err
@@ -133,7 +136,10 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	}
 	res := c.result(obs)
 	res.Actions = actions
-	if use.Message != "" {
+	switch {
+	case use.Unknown:
+		res.Message = strings.TrimSpace(use.Message + ". " + res.Message)
+	case use.Message != "":
 		res.Message = strings.TrimSpace(res.Message + " " + use.Message + ".")
 	}
 	if len(failures) > 0 {
