@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/klog/v2"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
@@ -315,23 +316,11 @@ func (c *ReadinessChecker) shipped(r *report, missing []string, why string) {
 
 // parseKernel reads major.minor from a kernel release ("6.1.0-56-amd64").
 func parseKernel(rel string) (int, int, bool) {
-	parts := strings.SplitN(strings.TrimSpace(rel), ".", 3)
-	if len(parts) < 2 {
-		return 0, 0, false
-	}
-	maj, err := strconv.Atoi(parts[0])
+	v, err := utilversion.ParseGeneric(rel)
 	if err != nil {
 		return 0, 0, false
 	}
-	m := parts[1]
-	if i := strings.IndexFunc(m, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
-		m = m[:i]
-	}
-	mnr, err := strconv.Atoi(m)
-	if err != nil {
-		return 0, 0, false
-	}
-	return maj, mnr, true
+	return int(v.Major()), int(v.Minor()), true
 }
 
 // rke2Gates are the first RKE2 release of each minor that offers

@@ -306,6 +306,8 @@ func TestParseKernelAndPatch(t *testing.T) {
 		{"6.1.0-56-amd64", 6, 1, true, "v1.35.7+rke2r1", 7, 1},
 		{"5.13", 5, 13, true, "v1.34.10+rke2r2", 10, 2},
 		{"4.19.0", 4, 19, true, "v1.37.1", 1, -1},
+		{"5.10.0-33-cloud-amd64", 5, 10, true, "v1.36.3+rke2r1", 3, 1},
+		{"6.1.0-28-amd64", 6, 1, true, "v1.37.1", 1, -1},
 		{"garbage", 0, 0, false, "v1", -1, -1},
 	} {
 		maj, mnr, ok := parseKernel(tt.rel)
