@@ -92,6 +92,7 @@ func newDiagnoseCommand() *cobra.Command {
 		fix        bool
 		output     string
 		targetMode string
+		prove      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "diagnose",
@@ -107,8 +108,12 @@ func newDiagnoseCommand() *cobra.Command {
 			if err := checkset.ValidateTargetMode(targetMode); err != nil {
 				return usageError{fmt.Errorf("--target-mode: %w", err)}
 			}
+			if prove && targetMode != checkset.TargetModeNFTables {
+				return usageError{fmt.Errorf("--prove-kernel needs --target-mode %s", checkset.TargetModeNFTables)}
+			}
 			cfg := opts.config(fix)
 			cfg.TargetMode = targetMode
+			cfg.ProveKernel = prove
 			kernel, _ := cfg.Root.KernelRelease()
 			cluster, err := opts.diagnoseCluster()
 			if err != nil {
@@ -138,6 +143,7 @@ func newDiagnoseCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&fix, "fix", false, "repair what can be repaired (load modules, write the modules-load.d file); without it nothing is changed")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	cmd.Flags().StringVar(&targetMode, "target-mode", "", "also report whether this node is ready for kube-proxy in this mode (nftables) and what the switch changes")
+	cmd.Flags().BoolVar(&prove, "prove-kernel", false, "with --target-mode nftables: let the kernel load the nf_tables modules the proof of kube-proxy's expressions needs, and nothing else (no IPVS module, no modules-load.d file; --fix does both)")
 	return cmd
 }
 

@@ -74,6 +74,10 @@ type Config struct {
 	// (diagnose --target-mode); "nftables" is the only one. Empty adds it
 	// only when ReadinessInterval is set.
 	TargetMode string
+	// ProveKernel lets the readiness report's probe make the kernel load
+	// the nf_tables modules it needs, and nothing else (diagnose
+	// --prove-kernel): no IPVS module is loaded, nothing is declared.
+	ProveKernel bool
 	// ReadinessInterval adds the nftables-readiness check, run for real at
 	// most this often (the agent: an advisory published as metrics); 0
 	// adds it only when TargetMode asks.
@@ -160,7 +164,7 @@ func Build(ctx context.Context, cfg Config) ([]check.Checker, error) {
 		var c check.Checker = nftready.NewReadinessChecker(nftready.ReadinessConfig{
 			Host:            nftready.HostSources(cfg.Root),
 			Prober:          prober,
-			MayLoadModules:  cfg.Remediate,
+			MayLoadModules:  cfg.Remediate || cfg.ProveKernel,
 			KubeProxy:       s.kubeProxy,
 			FallbackVersion: s.kubeProxyVersion,
 			IPVS:            table,
