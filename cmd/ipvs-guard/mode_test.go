@@ -175,7 +175,7 @@ func TestDiagnoseKubeProxyUnreachable(t *testing.T) {
 			rke2Manifest: string(nftManifest),
 		}, []string{"--fix"}, 0, check.ReasonIPVSNotInUse, "kube-proxy not reachable at " + addr + ": configured for nftables mode (node configuration: ", false},
 		{"nothing tells", map[string]string{rke2Config: ""}, []string{"--fix"}, 1, "ModulesNotLoaded",
-			"kube-proxy's mode is not known yet: kube-proxy not reachable at " + addr + "; node configuration: says nothing", false},
+			"kube-proxy's mode is not known yet: kube-proxy not reachable at " + addr + "; node configuration: no RKE2 config.yaml or kube-proxy static pod", false},
 		{"nothing tells, --assume-proxy-mode ipvs", map[string]string{rke2Config: ""}, []string{"--fix", "--assume-proxy-mode", "ipvs"}, 1, "ModulesNotLoaded",
 			"kube-proxy not reachable at " + addr + ": assuming it is configured for ipvs mode (--assume-proxy-mode)", true},
 	} {

@@ -154,7 +154,7 @@ func TestResolveModeOrder(t *testing.T) {
 		t.Errorf("got %+v, want nftables from the ConfigMap", r)
 	}
 	r = ResolveMode(context.Background(), RKE2Mode(root), ConfigMapMode(kubetest.FromClientset(fake.NewClientset()), nil), KernelMode(func() (KernelState, error) { return KernelState{}, nil }))
-	if r.Known() || r.String() != "node configuration: says nothing; kube-proxy ConfigMap: no kube-system/kube-proxy ConfigMap; kernel state: neither a kube-proxy nftables table nor kube-ipvs0" {
+	if r.Known() || r.String() != "node configuration: no RKE2 config.yaml or kube-proxy static pod; kube-proxy ConfigMap: no kube-system/kube-proxy ConfigMap; kernel state: neither a kube-proxy nftables table nor kube-ipvs0" {
 		t.Errorf("got %+v: %s", r, r)
 	}
 }

@@ -198,7 +198,7 @@ func RKE2Mode(root hostfs.Root) ModeSource {
 		}
 		switch {
 		case manMode == "" && !found:
-			return Evidence{}, nil
+			return Evidence{Detail: "no RKE2 config.yaml or kube-proxy static pod"}, nil
 		case manMode == "":
 			return Evidence{Mode: cfgMode, Detail: fmt.Sprintf("%s (kube-proxy-arg)", root.Path(RKE2ConfigFile))}, nil
 		case !found:
