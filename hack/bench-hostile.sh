@@ -28,7 +28,7 @@ run() { # run NAME ARGS...: diagnose the tree of NAME
 	touch "$work/$name/.stamp"
 	sleep 0.01
 	local code=0
-	timeout -s KILL 60 /usr/bin/time -v -o "$work/$name/time" "$bin" diagnose --root "$root" --kube-proxy-metrics-address 127.0.0.1:1 "$@" >"$work/$name/out" 2>&1 || code=$?
+	timeout -s KILL 60 /usr/bin/time -v -o "$work/$name/time" "$bin" diagnose --root "$root" --kube-proxy-metrics-address 127.0.0.1:1 --assume-proxy-mode ipvs "$@" >"$work/$name/out" 2>&1 || code=$?
 	local wall rss
 	wall=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$work/$name/time")
 	rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$work/$name/time")

@@ -113,7 +113,7 @@ run() { # run LABEL SIZE ROOT ARGS...
 	shift 3
 	local code=0
 	/usr/bin/time -v -o "$work/time" "$bin" diagnose --root "$root" --node-name bench \
-		--kube-proxy-metrics-address 127.0.0.1:1 "$@" >"$work/out" 2>&1 || code=$?
+		--kube-proxy-metrics-address 127.0.0.1:1 --assume-proxy-mode ipvs "$@" >"$work/out" 2>&1 || code=$?
 	local kb
 	kb=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$work/time")
 	local rss=$((kb * 1024))

@@ -25,6 +25,7 @@ type checkOptions struct {
 	root             string
 	scheduler        string
 	kubeProxyMetrics string
+	assumeProxyMode  string
 	probeIPs         []string
 	probeInterface   string
 }
@@ -36,6 +37,7 @@ func (o *checkOptions) addFlags(cmd *cobra.Command) {
 	f.StringVar(&o.root, "root", "/", "prefix for every host path read or written (/proc, /sys, /lib/modules, /etc, /run, /usr/lib)")
 	f.StringVar(&o.scheduler, "scheduler", "", "IPVS scheduler (default: from kube-proxy's /configz or ConfigMap, else rr)")
 	f.StringVar(&o.kubeProxyMetrics, "kube-proxy-metrics-address", "127.0.0.1:10249", "where kube-proxy serves /proxyMode and /configz")
+	f.StringVar(&o.assumeProxyMode, "assume-proxy-mode", "", "the mode kube-proxy is configured for when neither kube-proxy, the node's configuration nor the kernel's state tells it (ipvs, iptables, nftables); empty: the mode is then unknown and nothing is loaded or declared")
 	f.StringSliceVar(&o.probeIPs, "probe-ip", nil, "probe these IPs: IPv4 with ARP, IPv6 with neighbour discovery (repeatable or comma-separated)")
 	f.StringVar(&o.probeInterface, "interface", "", "interface to probe on (default: from a route lookup)")
 }
@@ -50,6 +52,11 @@ func (o *checkOptions) validate() error {
 		if err := kubeproxy.ValidateAddress(o.kubeProxyMetrics); err != nil {
 			return fmt.Errorf("--kube-proxy-metrics-address: %w", err)
 		}
+	}
+	switch o.assumeProxyMode {
+	case "", kubeproxy.ModeIPVS, kubeproxy.ModeIPTables, kubeproxy.ModeNFTables:
+	default:
+		return fmt.Errorf("--assume-proxy-mode: %q is not ipvs, iptables or nftables", o.assumeProxyMode)
 	}
 	// What the addresses alone say (not IP, not unicast); what this node's
 	// interfaces say (its own address, a subnet's broadcast) is checked
@@ -85,6 +92,7 @@ func newDiagnoseCommand() *cobra.Command {
 		fix        bool
 		output     string
 		targetMode string
+		prove      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "diagnose",
@@ -100,8 +108,12 @@ func newDiagnoseCommand() *cobra.Command {
 			if err := checkset.ValidateTargetMode(targetMode); err != nil {
 				return usageError{fmt.Errorf("--target-mode: %w", err)}
 			}
+			if prove && targetMode != checkset.TargetModeNFTables {
+				return usageError{fmt.Errorf("--prove-kernel needs --target-mode %s", checkset.TargetModeNFTables)}
+			}
 			cfg := opts.config(fix)
 			cfg.TargetMode = targetMode
+			cfg.ProveKernel = prove
 			kernel, _ := cfg.Root.KernelRelease()
 			cluster, err := opts.diagnoseCluster()
 			if err != nil {
@@ -131,6 +143,7 @@ func newDiagnoseCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&fix, "fix", false, "repair what can be repaired (load modules, write the modules-load.d file); without it nothing is changed")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	cmd.Flags().StringVar(&targetMode, "target-mode", "", "also report whether this node is ready for kube-proxy in this mode (nftables) and what the switch changes")
+	cmd.Flags().BoolVar(&prove, "prove-kernel", false, "with --target-mode nftables: let the kernel load the nf_tables modules the proof of kube-proxy's expressions needs, and nothing else (no IPVS module, no modules-load.d file; --fix does both)")
 	return cmd
 }
 
@@ -142,6 +155,7 @@ func (o *checkOptions) config(remediate bool) checkset.Config {
 		NodeName:                o.node(),
 		Scheduler:               o.scheduler,
 		KubeProxyMetricsAddress: o.kubeProxyMetrics,
+		AssumeProxyMode:         o.assumeProxyMode,
 		ProbeIPs:                o.probeIPs,
 		ProbeInterface:          o.probeInterface,
 		Remediate:               remediate,

@@ -103,7 +103,7 @@ func TestDiagnoseModulesCLI(t *testing.T) {
 	})
 	t.Run("fix repairs a stale owned file and exits 0", func(t *testing.T) {
 		dir := copyTestTree(t, "rocky8")
-		out, code := runCLI(t, "diagnose", "--root", dir, "--fix")
+		out, code := runCLI(t, "diagnose", "--root", dir, "--fix", "--assume-proxy-mode", "ipvs")
 		if code != 0 {
 			t.Fatalf("exit %d, want 0:\n%s", code, out)
 		}
@@ -320,7 +320,7 @@ func TestDiagnoseTargetMode(t *testing.T) {
 						t.Error("nftables-readiness has no finding (kube-proxy unreachable is one)")
 					}
 					for _, f := range c.Findings {
-						if f.Kind == "" || (f.Severity != "blocker" && f.Severity != "change" && f.Severity != "info") || f.Message == "" {
+						if f.Kind == "" || (f.Severity != "blocker" && f.Severity != "change" && f.Severity != "info" && f.Severity != "ok") || f.Message == "" {
 							t.Errorf("finding %+v lacks kind, severity or message", f)
 						}
 					}
@@ -337,5 +337,13 @@ func TestDiagnoseTargetMode(t *testing.T) {
 	out, code := runCLI(t, "diagnose", "--target-mode", "iptables")
 	if code != 2 || !strings.Contains(out, "--target-mode") {
 		t.Errorf("--target-mode iptables: exit %d, want 2 naming the flag:\n%s", code, out)
+	}
+	out, code = runCLI(t, "diagnose", "--prove-kernel")
+	if code != 2 || !strings.Contains(out, "--prove-kernel needs --target-mode nftables") {
+		t.Errorf("--prove-kernel alone: exit %d, want 2 naming the flag:\n%s", code, out)
+	}
+	out, code = runCLI(t, "diagnose", "--assume-proxy-mode", "userspace")
+	if code != 2 || !strings.Contains(out, "--assume-proxy-mode") {
+		t.Errorf("--assume-proxy-mode userspace: exit %d, want 2 naming the flag:\n%s", code, out)
 	}
 }

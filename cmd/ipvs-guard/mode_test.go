@@ -141,23 +141,77 @@ func TestDiagnoseFixNotInIPVSMode(t *testing.T) {
 	}
 }
 
-// TestDiagnoseKubeProxyUnreachableAssumesIPVS: with kube-proxy's metrics
-// port refusing connections, the modules check demands the IPVS modules as
-// before and says what it assumed.
-func TestDiagnoseKubeProxyUnreachableAssumesIPVS(t *testing.T) {
+// TestDiagnoseKubeProxyUnreachable: with kube-proxy's metrics port
+// refusing connections, the node's own configuration tells the mode: RKE2's
+// config.yaml saying ipvs demands the IPVS modules; config.yaml and the
+// rendered static pod saying nftables make --fix load and write nothing;
+// nothing telling the mode makes --fix report and write nothing, and say
+// why; the operator's --assume-proxy-mode ipvs lets it fix.
+func TestDiagnoseKubeProxyUnreachable(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
 	l.Close()
-	dir := copyTestTree(t, "debian12")
-	out, code := runCLI(t, "diagnose", "--root", dir, "--node-name", "n1", "-o", "json", "--kube-proxy-metrics-address", addr)
-	if code != 1 {
-		t.Fatalf("exit %d, want 1:\n%s", code, out)
+	const rke2Config = "etc/rancher/rke2/config.yaml"
+	const rke2Manifest = "var/lib/rancher/rke2/agent/pod-manifests/kube-proxy.yaml"
+	nftManifest, err := os.ReadFile("../../pkg/kubeproxy/testdata/rke2/kube-proxy-nftables.yaml")
+	if err != nil {
+		t.Fatal(err)
 	}
-	m := parseModeReport(t, out).Checks[0]
-	if m.Name != check.NameModules || m.Status != string(check.StatusProblem) || !strings.Contains(m.Message, "kube-proxy not reachable at "+addr+": assuming IPVS mode") {
-		t.Errorf("modules check %+v", m)
+	for _, tc := range []struct {
+		name     string
+		files    map[string]string // written into the tree; "" removes
+		args     []string
+		exit     int
+		reason   string
+		message  string
+		declared bool
+	}{
+		{"rke2 config says ipvs", nil, nil, 1, "ModulesNotLoaded", "kube-proxy not reachable at " + addr + ": configured for ipvs mode (node configuration: ", false},
+		{"rke2 config and manifest say nftables", map[string]string{
+			rke2Config:   "kube-proxy-arg:\n  - proxy-mode=nftables\n",
+			rke2Manifest: string(nftManifest),
+		}, []string{"--fix"}, 0, check.ReasonIPVSNotInUse, "kube-proxy not reachable at " + addr + ": configured for nftables mode (node configuration: ", false},
+		{"nothing tells", map[string]string{rke2Config: ""}, []string{"--fix"}, 1, "ModulesNotLoaded",
+			"kube-proxy's mode is not known yet: kube-proxy not reachable at " + addr + "; node configuration: no RKE2 config.yaml or kube-proxy static pod", false},
+		{"nothing tells, --assume-proxy-mode ipvs", map[string]string{rke2Config: ""}, []string{"--fix", "--assume-proxy-mode", "ipvs"}, 1, "ModulesNotLoaded",
+			"kube-proxy not reachable at " + addr + ": assuming it is configured for ipvs mode (--assume-proxy-mode)", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := copyTestTree(t, "debian12")
+			for p, c := range tc.files {
+				full := filepath.Join(dir, p)
+				if c == "" {
+					if err := os.Remove(full); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			args := append([]string{"diagnose", "--root", dir, "--node-name", "n1", "-o", "json", "--kube-proxy-metrics-address", addr}, tc.args...)
+			out, code := runCLI(t, args...)
+			if code != tc.exit {
+				t.Fatalf("exit %d, want %d:\n%s", code, tc.exit, out)
+			}
+			m := parseModeReport(t, out).Checks[0]
+			if m.Name != check.NameModules || m.Reason != tc.reason || !strings.Contains(m.Message, tc.message) {
+				t.Errorf("modules check %+v\nwant reason %s, message containing %q", m, tc.reason, tc.message)
+			}
+			_, err := os.Stat(filepath.Join(dir, "etc/modules-load.d/ipvs.conf"))
+			if declared := err == nil; declared != tc.declared {
+				t.Errorf("ipvs.conf written: %v, want %v (actions %q)", declared, tc.declared, m.Actions)
+			}
+			if !tc.declared && len(m.Actions) > 0 || tc.declared && len(m.Actions) == 0 {
+				t.Errorf("actions %q, want some: %v", m.Actions, tc.declared)
+			}
+		})
 	}
 }

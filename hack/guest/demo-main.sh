@@ -33,8 +33,8 @@ say "ipvs-guard diagnose looks at the node and changes nothing. Exit code 1 mean
 show ipvs-guard diagnose
 expect 1 $? "diagnose on the broken node"
 
-say "ipvs-guard diagnose --fix loads the missing modules itself (finit_module, resolving modules.dep and softdeps; no modprobe) and declares them in /etc/modules-load.d/ipvs.conf so a reboot keeps them."
-show ipvs-guard diagnose --fix
+say "No kube-proxy runs here yet and nothing on the node says its mode, so --assume-proxy-mode ipvs states it. ipvs-guard diagnose --fix loads the missing modules itself (finit_module, resolving modules.dep and softdeps; no modprobe) and declares them in /etc/modules-load.d/ipvs.conf so a reboot keeps them."
+show ipvs-guard diagnose --fix --assume-proxy-mode ipvs
 expect 0 $? "diagnose --fix"
 ipvs_modules
 show cat /etc/modules-load.d/ipvs.conf

@@ -22,6 +22,11 @@ type IPVSUse struct {
 	// the answer is an assumption (IPVS, or the mode it last reported):
 	// nothing may be removed on it.
 	Assumed bool
+	// Unknown is true when nothing tells kube-proxy's mode now: not
+	// kube-proxy, not the node's configuration, not the kernel's state.
+	// Applies is then true so the checks report what they see, but
+	// nothing may be loaded, declared or removed on it.
+	Unknown bool
 	// Message says why the prerequisites do not apply (Applies false), or
 	// what was assumed (Applies true, kube-proxy not fully readable); empty
 	// when kube-proxy was read and runs in IPVS mode or is configured for it.

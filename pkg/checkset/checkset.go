@@ -46,6 +46,12 @@ type Config struct {
 	// /configz (--kube-proxy-metrics-address); empty is
 	// kubeproxy.DefaultMetricsAddress.
 	KubeProxyMetricsAddress string
+	// AssumeProxyMode is the mode kube-proxy is configured for when
+	// neither kube-proxy, the node's configuration nor the kernel's state
+	// tells it (--assume-proxy-mode): the operator's word, last in
+	// precedence. Empty: the mode is then unknown, and nothing is loaded
+	// or declared.
+	AssumeProxyMode string
 	// ProbeIPs are the IPs the arp check probes (--probe-ip); when set, it
 	// probes exactly these, never the cluster's LoadBalancer IPs.
 	ProbeIPs []string
@@ -69,6 +75,10 @@ type Config struct {
 	// (diagnose --target-mode); "nftables" is the only one. Empty adds it
 	// only when ReadinessInterval is set.
 	TargetMode string
+	// ProveKernel lets the readiness report's probe make the kernel load
+	// the nf_tables modules it needs, and nothing else (diagnose
+	// --prove-kernel): no IPVS module is loaded, nothing is declared.
+	ProveKernel bool
 	// ReadinessInterval adds the nftables-readiness check, run for real at
 	// most this often (the agent: an advisory published as metrics); 0
 	// adds it only when TargetMode asks.
@@ -168,7 +178,7 @@ func Build(ctx context.Context, cfg Config) ([]check.Checker, error) {
 		var c check.Checker = nftready.NewReadinessChecker(nftready.ReadinessConfig{
 			Host:            nftready.HostSources(cfg.Root),
 			Prober:          prober,
-			MayLoadModules:  cfg.Remediate,
+			MayLoadModules:  cfg.Remediate || cfg.ProveKernel,
 			KubeProxy:       s.kubeProxy,
 			FallbackVersion: s.kubeProxyVersion,
 			IPVS:            table,
@@ -248,8 +258,20 @@ func newShared(cfg Config) shared {
 	}
 	s := shared{distro: distro.Detect(cfg.Root), kubeProxy: kubeproxy.NewClient(addr, kubeproxy.DefaultTimeout)}
 	// Whether the IPVS prerequisites apply (docs/design.md §3b): kube-proxy's mode,
-	// asked once per pass and again at the next one.
-	s.use = kubeproxy.NewUseResolver(s.kubeProxy, 0)
+	// asked once per pass and again at the next one; when kube-proxy does
+	// not tell it, the node's configuration (RKE2's files, the kube-proxy
+	// ConfigMap), then the kernel's state (of the running kernel: only
+	// when --root is the host's).
+	fallback := []kubeproxy.ModeSource{kubeproxy.RKE2Mode(cfg.Root)}
+	if c := cfg.Cluster; c != nil && c.Client != nil {
+		fallback = append(fallback, kubeproxy.ConfigMapMode(c.Client, nil))
+	}
+	if cfg.Root.IsHost() {
+		fallback = append(fallback, kubeproxy.KernelMode(func() (kubeproxy.KernelState, error) {
+			return kubeproxy.ReadKernelState(cfg.Root, kubeproxy.ReadLink)
+		}))
+	}
+	s.use = kubeproxy.NewUseResolver(s.kubeProxy, 0, fallback...).WithAssumedMode(cfg.AssumeProxyMode)
 	// The scheduler every check assumes (docs/design.md §8): --scheduler, else
 	// kube-proxy's /configz, else its ConfigMap (with a cluster), else the
 	// last one of them gave, else rr.

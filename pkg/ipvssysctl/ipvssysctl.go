@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/klog/v2"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
@@ -294,23 +295,12 @@ func (k KernelVersion) Less(major, minor int) bool {
 }
 
 // ParseKernelVersion parses a kernel release such as 6.1.0-56-amd64 or
-// 5.4.0-150-generic or 4.18.0-553.el8_10.x86_64.
+// 5.4.0-150-generic or 4.18.0-553.el8_10.x86_64 (its leading numbers,
+// through k8s.io/apimachinery's generic version parser).
 func ParseKernelVersion(rel string) (KernelVersion, error) {
-	s := strings.TrimSpace(rel)
-	if i := strings.IndexAny(s, "-+_ "); i >= 0 {
-		s = s[:i]
+	v, err := utilversion.ParseGeneric(rel)
+	if err != nil {
+		return KernelVersion{}, fmt.Errorf("kernel release %q: %w", rel, err)
 	}
-	parts := strings.SplitN(s, ".", 4)
-	if len(parts) < 2 {
-		return KernelVersion{}, fmt.Errorf("kernel release %q: want major.minor[.patch]", rel)
-	}
-	var n [3]int
-	for i := 0; i < 3 && i < len(parts); i++ {
-		v, err := strconv.Atoi(parts[i])
-		if err != nil || v < 0 {
-			return KernelVersion{}, fmt.Errorf("kernel release %q: %q is not a number", rel, parts[i])
-		}
-		n[i] = v
-	}
-	return KernelVersion{Major: n[0], Minor: n[1], Patch: n[2]}, nil
+	return KernelVersion{Major: int(v.Major()), Minor: int(v.Minor()), Patch: int(v.Patch())}, nil
 }

@@ -157,7 +157,7 @@ func TestParseKernelVersion(t *testing.T) {
 		err  bool
 	}{
 		{rel: "6.1.0-56-amd64", want: "6.1.0"}, {rel: "5.4.0-150-generic", want: "5.4.0"}, {rel: "4.18.0-553.el8_10.x86_64", want: "4.18.0"},
-		{rel: "6.12.48+deb13-amd64", want: "6.12.48"}, {rel: "5.9", want: "5.9.0"}, {rel: "6", err: true}, {rel: "x.y", err: true},
+		{rel: "6.12.48+deb13-amd64", want: "6.12.48"}, {rel: "5.10.0-33-cloud-amd64", want: "5.10.0"}, {rel: "6.1.0-28-amd64", want: "6.1.0"}, {rel: "5.9", want: "5.9.0"}, {rel: "6", err: true}, {rel: "x.y", err: true},
 	} {
 		v, err := ParseKernelVersion(tc.rel)
 		if (err != nil) != tc.err || (!tc.err && v.String() != tc.want) {

@@ -49,15 +49,20 @@ func DecideIPVSUse(addr, running string, runErr error, configured string, cfgErr
 // asking it (/proxyMode, /configz) at most once per ttl, so the checks of
 // one pass share one pair of requests. Safe for concurrent use.
 //
-// A kube-proxy that last reported, configured and running, a mode other
-// than IPVS and is not reachable now (restarting, upgraded) is taken to be
-// in that mode still, and the message says so: a kube-proxy restart on a
-// migrated node must not make a remediating agent load and declare the IPVS
-// modules. Only a process that never read kube-proxy assumes IPVS.
+// When kube-proxy does not tell its configured mode (not reachable, or
+// /configz unreadable), the mode is resolved from the fallback sources in
+// order (the node's configuration, then the kernel's state: see
+// ResolveMode), then from what kube-proxy last reported to this process.
+// When none tells, the mode is unknown: the checks report, and nothing is
+// loaded, declared or removed (check.IPVSUse.Unknown). A kube-proxy
+// restart on a migrated node, or an agent started before kube-proxy, must
+// not make a remediating agent load and declare the IPVS modules.
 type UseResolver struct {
-	client *Client
-	ttl    time.Duration
-	now    func() time.Time
+	client   *Client
+	ttl      time.Duration
+	now      func() time.Time
+	fallback []ModeSource
+	assumed  string
 
 	mu   sync.Mutex
 	at   time.Time
@@ -73,11 +78,21 @@ type UseResolver struct {
 const DefaultUseTTL = 5 * time.Second
 
 // NewUseResolver returns a UseResolver over c; ttl 0 is DefaultUseTTL.
-func NewUseResolver(c *Client, ttl time.Duration) *UseResolver {
+// fallback are asked, in order, when kube-proxy does not tell its
+// configured mode.
+func NewUseResolver(c *Client, ttl time.Duration, fallback ...ModeSource) *UseResolver {
 	if ttl <= 0 {
 		ttl = DefaultUseTTL
 	}
-	return &UseResolver{client: c, ttl: ttl, now: time.Now}
+	return &UseResolver{client: c, ttl: ttl, now: time.Now, fallback: fallback}
+}
+
+// WithAssumedMode sets the mode taken when no source tells one, not even
+// kube-proxy's last report (the operator's --assume-proxy-mode); "" leaves
+// the mode unknown then. It returns r.
+func (r *UseResolver) WithAssumedMode(mode string) *UseResolver {
+	r.assumed = mode
+	return r
 }
 
 // Use returns whether the IPVS prerequisites apply now.
@@ -96,19 +111,66 @@ func (r *UseResolver) Use(ctx context.Context) check.IPVSUse {
 			configured = cfg.EffectiveMode()
 		}
 	}
-	u := DecideIPVSUse(r.client.Address(), running, runErr, configured, cfgErr)
-	switch {
-	case runErr == nil && cfgErr == nil || runErr == nil && running == ModeIPVS:
+	var u check.IPVSUse
+	if runErr == nil && (cfgErr == nil || running == ModeIPVS) {
+		u = DecideIPVSUse(r.client.Address(), running, nil, configured, nil)
 		r.known, r.knownOK = u, true
-	case runErr != nil && r.knownOK && !r.known.Applies:
-		u = check.IPVSUse{Mode: r.known.Mode, Assumed: true, Message: fmt.Sprintf(
-			"kube-proxy not reachable at %s: assuming %s mode, as it last reported: the IPVS prerequisites do not apply", r.client.Address(), r.known.Mode)}
-	}
-	if runErr != nil || cfgErr != nil {
-		klog.FromContext(ctx).V(2).Info("Deciding whether IPVS applies", "proxyModeErr", runErr, "configzErr", cfgErr, "applies", u.Applies)
+	} else {
+		u = r.resolve(ctx, running, runErr)
+		klog.FromContext(ctx).V(2).Info("Deciding whether IPVS applies", "proxyModeErr", runErr, "configzErr", cfgErr,
+			"applies", u.Applies, "unknown", u.Unknown, "message", u.Message)
 	}
 	if ctx.Err() == nil {
 		r.at, r.last, r.ok = r.now(), u, true
 	}
 	return u
+}
+
+// resolve decides when kube-proxy did not tell its configured mode: it is
+// not reachable (runErr), or it runs running (not ipvs) and its /configz
+// is unreadable.
+func (r *UseResolver) resolve(ctx context.Context, running string, runErr error) check.IPVSUse {
+	var said string
+	if runErr != nil {
+		said = fmt.Sprintf("kube-proxy not reachable at %s", r.client.Address())
+	} else {
+		said = fmt.Sprintf("kube-proxy at %s runs in %s mode but its /configz is not readable", r.client.Address(), running)
+	}
+	res := ResolveMode(ctx, r.fallback...)
+	switch {
+	case res.Known() && res.Mode == ModeIPVS:
+		return check.IPVSUse{Applies: true, Assumed: true, Mode: running, Message: fmt.Sprintf("%s: configured for %s", said, res)}
+	case res.Known() && runErr == nil:
+		return check.IPVSUse{Mode: running, Assumed: true, Message: fmt.Sprintf(
+			"%s: configured for %s: the IPVS prerequisites do not apply", said, res)}
+	case res.Known():
+		return check.IPVSUse{Mode: res.Mode, Assumed: true, Message: fmt.Sprintf(
+			"%s: configured for %s: the IPVS prerequisites do not apply", said, res)}
+	case runErr != nil && r.knownOK && !r.known.Applies:
+		return check.IPVSUse{Mode: r.known.Mode, Assumed: true, Message: fmt.Sprintf(
+			"%s: assuming %s mode, as it last reported: the IPVS prerequisites do not apply", said, r.known.Mode)}
+	case r.assumed == ModeIPVS:
+		return check.IPVSUse{Applies: true, Assumed: true, Mode: running, Message: fmt.Sprintf(
+			"%s: assuming it is configured for ipvs mode (%s)", said, SourceFlag)}
+	case r.assumed != "":
+		m := r.assumed
+		if runErr == nil {
+			m = running
+		}
+		return check.IPVSUse{Mode: m, Assumed: true, Message: fmt.Sprintf(
+			"%s: assuming it is configured for %s mode (%s): the IPVS prerequisites do not apply", said, r.assumed, SourceFlag)}
+	}
+	why := res.String()
+	if runErr != nil && r.knownOK {
+		why += fmt.Sprintf("; %s: it reported %s mode, which is no proof of its mode now", SourceLastReport, orIPVS(r.known.Mode))
+	}
+	return check.IPVSUse{Applies: true, Assumed: true, Unknown: true, Mode: running, Message: fmt.Sprintf(
+		"kube-proxy's mode is not known yet: %s; %s: nothing is loaded or declared until it is", said, why)}
+}
+
+func orIPVS(m string) string {
+	if m == "" {
+		return ModeIPVS
+	}
+	return m
 }

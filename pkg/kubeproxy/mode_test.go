@@ -122,8 +122,77 @@ func TestUseResolver(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
+	// Never reached and nothing else tells: the mode is unknown.
 	u := NewUseResolver(NewClient(addr, time.Second), 0).Use(ctx)
-	if !u.Applies || !u.Assumed || u.Message != "kube-proxy not reachable at "+addr+": assuming IPVS mode" {
+	if !u.Applies || !u.Assumed || !u.Unknown || !strings.HasPrefix(u.Message, "kube-proxy's mode is not known yet: kube-proxy not reachable at "+addr) {
 		t.Errorf("never reached: %+v", u)
+	}
+	// The operator's word.
+	u = NewUseResolver(NewClient(addr, time.Second), 0).WithAssumedMode(ModeIPVS).Use(ctx)
+	if !u.Applies || !u.Assumed || u.Unknown || u.Message != "kube-proxy not reachable at "+addr+": assuming it is configured for ipvs mode (--assume-proxy-mode)" {
+		t.Errorf("never reached, --assume-proxy-mode ipvs: %+v", u)
+	}
+}
+
+// TestUseResolverFallback: kube-proxy silent, the sources in order of
+// precedence decide; kube-proxy's last report of IPVS is no licence to
+// load, and a configuration saying nftables beats the operator's word.
+func TestUseResolverFallback(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	src := func(name, mode string, err error) ModeSource {
+		return ModeSource{Name: name, Read: func(context.Context) (Evidence, error) { return Evidence{Mode: mode, Detail: "d"}, err }}
+	}
+	for _, tc := range []struct {
+		name             string
+		sources          []ModeSource
+		assumed          string
+		applies, unknown bool
+		mode, message    string
+	}{
+		{"node config nftables", []ModeSource{src(SourceNodeConfig, ModeNFTables, nil), src(SourceKernel, ModeIPVS, nil)}, ModeIPVS, false, false, ModeNFTables,
+			"kube-proxy not reachable at " + addr + ": configured for nftables mode (node configuration: d): the IPVS prerequisites do not apply"},
+		{"node config ipvs", []ModeSource{src(SourceNodeConfig, ModeIPVS, nil)}, "", true, false, "",
+			"kube-proxy not reachable at " + addr + ": configured for ipvs mode (node configuration: d)"},
+		{"unreadable config, kernel nftables", []ModeSource{src(SourceNodeConfig, "", errors.New("bad yaml")), src(SourceKernel, ModeNFTables, nil)}, "", false, false, ModeNFTables,
+			"kube-proxy not reachable at " + addr + ": configured for nftables mode (kernel state: d): the IPVS prerequisites do not apply"},
+		{"nothing tells", []ModeSource{src(SourceNodeConfig, "", errors.New("bad yaml")), src(SourceKernel, "", nil)}, "", true, true, "",
+			"kube-proxy's mode is not known yet: kube-proxy not reachable at " + addr + "; node configuration: bad yaml; kernel state: d: nothing is loaded or declared until it is"},
+		{"nothing tells, operator says iptables", []ModeSource{src(SourceKernel, "", nil)}, ModeIPTables, false, false, ModeIPTables,
+			"kube-proxy not reachable at " + addr + ": assuming it is configured for iptables mode (--assume-proxy-mode): the IPVS prerequisites do not apply"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := NewUseResolver(NewClient(addr, time.Second), 0, tc.sources...).WithAssumedMode(tc.assumed).Use(context.Background())
+			if u.Applies != tc.applies || u.Unknown != tc.unknown || u.Mode != tc.mode || !u.Assumed || u.Message != tc.message {
+				t.Errorf("got %+v\nwant applies %v unknown %v mode %q message %q", u, tc.applies, tc.unknown, tc.mode, tc.message)
+			}
+		})
+	}
+
+	// kube-proxy reported IPVS, then went away, nothing else tells: unknown.
+	var up atomic.Bool
+	up.Store(true)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !up.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprint(w, ModeIPVS)
+	}))
+	defer srv.Close()
+	now := time.Unix(1000, 0)
+	r := NewUseResolver(NewClient(strings.TrimPrefix(srv.URL, "http://"), time.Second), time.Second)
+	r.now = func() time.Time { return now }
+	if u := r.Use(context.Background()); !u.Applies || u.Assumed || u.Unknown {
+		t.Fatalf("ipvs: %+v", u)
+	}
+	up.Store(false)
+	now = now.Add(time.Minute)
+	if u := r.Use(context.Background()); !u.Unknown || !strings.Contains(u.Message, "kube-proxy's last report: it reported ipvs mode, which is no proof of its mode now") {
+		t.Errorf("gone after ipvs: %+v", u)
 	}
 }

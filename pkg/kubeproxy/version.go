@@ -7,8 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
+
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 )
 
 // Version is a Kubernetes major.minor version.
@@ -29,26 +30,14 @@ func (v Version) AtLeast(major, minor int) bool {
 	return v.Major > major || (v.Major == major && v.Minor >= minor)
 }
 
-// ParseVersion parses "v1.37.1", "1.31.4+rke2r1" or "v1.30.0-eks-…".
+// ParseVersion parses "v1.37.1", "1.31.4+rke2r1" or "v1.30.0-eks-…"
+// (k8s.io/apimachinery's generic version parser: the leading numbers).
 func ParseVersion(s string) (Version, error) {
-	t := strings.TrimPrefix(strings.TrimSpace(s), "v")
-	parts := strings.SplitN(t, ".", 3)
-	if len(parts) < 2 {
-		return Version{}, fmt.Errorf("parsing version %q: want vMAJOR.MINOR", s)
-	}
-	maj, err := strconv.Atoi(parts[0])
+	v, err := utilversion.ParseGeneric(s)
 	if err != nil {
 		return Version{}, fmt.Errorf("parsing version %q: %w", s, err)
 	}
-	minStr := parts[1]
-	if i := strings.IndexFunc(minStr, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
-		minStr = minStr[:i]
-	}
-	mnr, err := strconv.Atoi(minStr)
-	if err != nil {
-		return Version{}, fmt.Errorf("parsing version %q: %w", s, err)
-	}
-	return Version{Major: maj, Minor: mnr, GitVersion: strings.TrimSpace(s)}, nil
+	return Version{Major: int(v.Major()), Minor: int(v.Minor()), GitVersion: strings.TrimSpace(s)}, nil
 }
 
 // ErrNoBuildInfo means a /metrics body has no kubernetes_build_info sample.

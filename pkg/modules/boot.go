@@ -69,6 +69,21 @@ func (c *ModprobeConfig) nameBlock(name string) string {
 	return ""
 }
 
+// aliasOnly reports whether only a modprobe.d alias keeps module name from
+// loading by its name (no blacklist, no install command): kmod loads a
+// dependency by its modules.dep path, never through an alias, so such a
+// module is still loaded as the dependency of a module that needs it.
+func (c *ModprobeConfig) aliasOnly(name string) bool {
+	if c == nil || c.Blacklist[name] {
+		return false
+	}
+	if cmd, ok := c.Install[name]; ok && !ignoresInstall(cmd, name) {
+		return false
+	}
+	targets, _ := c.configAlias(name)
+	return len(targets) > 0 && !contains(targets, name)
+}
+
 // configAlias returns the modules a modprobe.d alias resolves name to, and
 // the files of the matching aliases (kmod_lookup_alias_from_config).
 func (c *ModprobeConfig) configAlias(name string) (targets, files []string) {

@@ -63,8 +63,9 @@ type Config struct {
 	Distro distro.Distro
 	// IPVSUse, when set, is asked on every Run whether the IPVS
 	// prerequisites apply (kube-proxy's mode): when they do not, Run reads
-	// and changes nothing and reports check.ReasonIPVSNotInUse; when IPVS
-	// was assumed, its message says so. Nil: they always apply.
+	// and changes nothing and reports check.ReasonIPVSNotInUse; when the
+	// mode is not known (IPVSUse.Unknown), Run reports and does not
+	// remediate, and its message says why. Nil: they always apply.
 	IPVSUse check.IPVSUseFunc
 }
 
@@ -125,7 +126,9 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	}
 	var actions []string
 	var failures []string
-	if c.cfg.Remediate {
+	// Nothing is loaded or declared while kube-proxy's mode is not known
+	// (docs/design.md §3b): the result reports, and its message says why.
+	if c.cfg.Remediate && !use.Unknown {
 		actions, failures = c.remediate(klog.NewContext(ctx, log), obs)
 		if obs, err = observeWith(c.cfg.Root, sched, ix); err != nil {
 			return check.Result{}, err
@@ -133,7 +136,10 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	}
 	res := c.result(obs)
 	res.Actions = actions
-	if use.Message != "" {
+	switch {
+	case use.Unknown:
+		res.Message = strings.TrimSpace(use.Message + ". " + res.Message)
+	case use.Message != "":
 		res.Message = strings.TrimSpace(res.Message + " " + use.Message + ".")
 	}
 	if len(failures) > 0 {
@@ -212,7 +218,7 @@ func (c *Checker) ownedMerge(obs *Observation) (src ownedSource, m MergeResult, 
 	}
 	var want []string
 	for _, f := range obs.Findings {
-		if f.wanted && !f.Builtin && (f.Available || obs.Index.DepMissing) && f.BootBlocked == "" {
+		if f.wanted && !f.Builtin && (f.Available || obs.Index.DepMissing && !obs.NoModuleSupport) && f.BootBlocked == "" {
 			want = append(want, f.Module)
 		}
 	}
@@ -265,7 +271,12 @@ func (c *Checker) remediate(ctx context.Context, obs *Observation) (actions, fai
 	}
 	var toLoad []string
 	for _, f := range obs.Findings {
-		if !f.wanted || f.Loaded || !(f.Available || obs.Index.DepMissing) {
+		if !f.wanted || f.Loaded || !(f.Available || obs.Index.DepMissing && !obs.NoModuleSupport) {
+			continue
+		}
+		if f.BootBlocked != "" && len(f.LoadedAsDependencyOf) > 0 {
+			// Not loaded by its name (that would load the alias's target);
+			// loading the modules that need it loads it, as kmod does.
 			continue
 		}
 		if f.BootBlocked != "" {
@@ -308,7 +319,11 @@ func (c *Checker) result(obs *Observation) check.Result {
 	}
 	p := obs.problems()
 	var msgs []string
-	if len(p.notInKernel) > 0 {
+	switch {
+	case len(p.notInKernel) > 0 && obs.NoModuleSupport:
+		res.Reason = ReasonModuleNotInKernel
+		msgs = append(msgs, fmt.Sprintf("Kernel %s has no module support (no /proc/modules) and does not build %s in: IPVS mode is impossible on this kernel.", obs.Release, describe(p.notInKernel)))
+	case len(p.notInKernel) > 0:
 		res.Reason = ReasonModuleNotInKernel
 		msgs = append(msgs, fmt.Sprintf("%s %s not available for kernel %s (not in modules.dep or modules.builtin).", describe(p.notInKernel), isAre(p.notInKernel), obs.Release))
 	}
@@ -326,6 +341,10 @@ func (c *Checker) result(obs *Observation) check.Result {
 		if res.Reason == "" || res.Reason == ReasonModulesNotLoaded {
 			// modprobe.d is why it is not loaded: the cause is the reason.
 			res.Reason = ReasonModuleBlocked
+		}
+		if len(f.LoadedAsDependencyOf) > 0 {
+			msgs = append(msgs, fmt.Sprintf("%s is not loaded by its name: %s; ipvs-guard does not declare it, and it is loaded only as a dependency of %s (at boot and by --fix: dependencies load by their modules.dep path, not through aliases).", f.Module, f.BootBlocked, describe(f.LoadedAsDependencyOf)))
+			continue
 		}
 		msgs = append(msgs, fmt.Sprintf("%s is not loaded at boot: %s; ipvs-guard neither declares nor loads it.", f.Module, f.BootBlocked))
 	}
@@ -349,6 +368,11 @@ func (c *Checker) result(obs *Observation) check.Result {
 	}
 	res.Status = check.StatusProblem
 	res.Message = strings.Join(msgs, " ")
+	if obs.NoModuleSupport && len(p.notInKernel) > 0 {
+		// Nothing can be loaded or declared: no modprobe, no modules-load.d.
+		res.Remediation = []check.Step{{fmt.Sprintf("Run kube-proxy in nftables or iptables mode on this node, or boot a kernel with module support or with %s built in (CONFIG_IP_VS=y and its schedulers).", describe(p.notInKernel))}}
+		return res
+	}
 	res.Remediation = c.remediation(obs, p)
 	return res
 }

@@ -4,6 +4,7 @@ package modules
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -115,11 +116,10 @@ func TestObserveDetection(t *testing.T) {
 func TestObserveBuiltinAndSysModule(t *testing.T) {
 	dir := copyTree(t, "debian12")
 	rel := filepath.Join(dir, "lib/modules", debRel)
-	// ip_vs_sh built in; ip_vs_wrr only visible in /sys/module (loaded, not in /proc/modules).
+	// ip_vs_sh built in; ip_vs_wrr only visible in /sys/module with its
+	// initstate (loaded, not in /proc/modules).
 	appendFile(t, filepath.Join(rel, "modules.builtin"), "kernel/net/netfilter/ipvs/ip_vs_sh.ko\n")
-	if err := os.MkdirAll(filepath.Join(dir, "sys/module/ip_vs_wrr"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	writeIn(t, dir, "sys/module/ip_vs_wrr/initstate", "live\n")
 	o, err := Observe(hostfs.New(dir), "")
 	if err != nil {
 		t.Fatal(err)
@@ -133,8 +133,99 @@ func TestObserveBuiltinAndSysModule(t *testing.T) {
 	if got := findingOf(t, o, "ip_vs_sh").String(); got != "ip_vs_sh: built in" {
 		t.Errorf("String() = %q", got)
 	}
+	// In /sys/module with an initstate, not (yet) in /proc/modules: loaded.
 	if f := findingOf(t, o, "ip_vs_wrr"); !f.Loaded || f.Builtin {
 		t.Errorf("ip_vs_wrr in /sys/module = %+v", f)
+	}
+}
+
+// TestBuiltinBySysModule: a module in /sys/module without an initstate
+// file and not in /proc/modules is built in (the kernel gives every
+// loadable module an initstate), whatever modules.builtin says: never
+// reported undeclared, never declared by --fix.
+func TestBuiltinBySysModule(t *testing.T) {
+	dir := copyTree(t, "debian12")
+	// nf_conntrack built in: out of /proc/modules, /sys/module/nf_conntrack
+	// holds only its parameters.
+	procModules := filepath.Join(dir, "proc/modules")
+	b, err := os.ReadFile(procModules)
+	must(t, err)
+	var kept []string
+	for _, l := range strings.SplitAfter(string(b), "\n") {
+		if !strings.HasPrefix(l, "nf_conntrack ") {
+			kept = append(kept, l)
+		}
+	}
+	must(t, os.WriteFile(procModules, []byte(strings.Join(kept, "")), 0o644))
+	must(t, os.RemoveAll(filepath.Join(dir, "sys/module/nf_conntrack")))
+	writeIn(t, dir, "sys/module/nf_conntrack/parameters/hashsize", "65536\n")
+	must(t, os.RemoveAll(filepath.Join(dir, "etc/modules-load.d")))
+	must(t, os.Remove(filepath.Join(dir, "etc/modules")))
+
+	o, err := Observe(hostfs.New(dir), "")
+	must(t, err)
+	f := findingOf(t, o, "nf_conntrack")
+	if !f.Builtin || !f.Loaded || !f.Available || f.String() != "nf_conntrack: built in" {
+		t.Errorf("nf_conntrack = %+v (%s)", f, f)
+	}
+	if p := o.problems(); contains(p.notPersisted, "nf_conntrack") {
+		t.Errorf("built-in nf_conntrack reported undeclared: %+v", p)
+	}
+	res, err := NewChecker(Config{Root: hostfs.New(dir), Remediate: true, Loader: &procLoader{root: dir}}).Run(testCtx(t))
+	must(t, err)
+	decl, err := os.ReadFile(filepath.Join(dir, "etc/modules-load.d/ipvs.conf"))
+	must(t, err)
+	if got := activeLines(string(decl)); contains(got, "nf_conntrack") || !contains(got, "ip_vs") {
+		t.Errorf("--fix declared %q (actions %q)", got, res.Actions)
+	}
+}
+
+// TestNoModuleSupport: a kernel without module support (no /proc/modules)
+// gets no modprobe or /lib/modules advice: IPVS mode is impossible there
+// unless its modules are built in, and --fix loads and declares nothing.
+func TestNoModuleSupport(t *testing.T) {
+	dir := copyTree(t, "debian12")
+	must(t, os.Remove(filepath.Join(dir, "proc/modules")))
+	must(t, os.RemoveAll(filepath.Join(dir, "sys/module")))
+	must(t, os.RemoveAll(filepath.Join(dir, "lib/modules")))
+	must(t, os.RemoveAll(filepath.Join(dir, "etc/modules-load.d")))
+	must(t, os.Remove(filepath.Join(dir, "etc/modules")))
+	res, err := NewChecker(Config{Root: hostfs.New(dir), Remediate: true, Loader: &procLoader{root: dir}}).Run(testCtx(t))
+	must(t, err)
+	if res.Reason != ReasonModuleNotInKernel || !strings.Contains(res.Message, "has no module support (no /proc/modules)") ||
+		!strings.Contains(res.Message, "IPVS mode is impossible on this kernel") || strings.Contains(res.Message, "/lib/modules") {
+		t.Errorf("%s: %s", res.Reason, res.Message)
+	}
+	for _, s := range res.Remediation {
+		if strings.Contains(strings.Join(s, " "), "modprobe") {
+			t.Errorf("remediation advises modprobe: %q", s)
+		}
+	}
+	if len(res.Actions) > 0 {
+		t.Errorf("actions %q", res.Actions)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "etc/modules-load.d/ipvs.conf")); err == nil {
+		t.Error("--fix declared modules on a kernel without module support")
+	}
+}
+
+// TestAvailableUnknownInJSON: with no modules.dep and the module not
+// loaded, the text says "availability unknown" and JSON says null, never
+// false (which means the kernel does not ship it).
+func TestAvailableUnknownInJSON(t *testing.T) {
+	for _, tc := range []struct {
+		f    Finding
+		want string
+	}{
+		{Finding{Module: "ip_vs", wanted: true, unknown: true}, `"available":null`},
+		{Finding{Module: "ip_vs", wanted: true, unknown: true, Loaded: true, Available: true}, `"available":true`},
+		{Finding{Module: "ip_vs", wanted: true}, `"available":false`},
+	} {
+		b, err := json.Marshal(tc.f)
+		must(t, err)
+		if !strings.Contains(string(b), tc.want) {
+			t.Errorf("%s: %s, want %s", tc.f, b, tc.want)
+		}
 	}
 }
 

@@ -263,7 +263,7 @@ func TestGuestDiagnoseFixLifecycle(t *testing.T) {
 	})
 
 	step(t, "fix loads every module and declares them for boot", func(t *testing.T) {
-		r := guest.IPVSGuard(t, "diagnose", "--fix")
+		r := guest.IPVSGuard(t, "diagnose", "--fix", "--assume-proxy-mode", "ipvs")
 		if r.ExitCode != 0 {
 			t.Fatalf("exit %d, want 0 (the state after the fix):\n%s", r.ExitCode, r)
 		}
@@ -289,7 +289,7 @@ func TestGuestDiagnoseFixLifecycle(t *testing.T) {
 
 	step(t, "a second fix changes no byte and no mtime", func(t *testing.T) {
 		before := statFile(t, ownedConf)
-		r := guest.IPVSGuard(t, "diagnose", "--fix")
+		r := guest.IPVSGuard(t, "diagnose", "--fix", "--assume-proxy-mode", "ipvs")
 		if r.ExitCode != 0 {
 			t.Fatalf("exit %d, want 0:\n%s", r.ExitCode, r)
 		}
@@ -338,7 +338,7 @@ func TestGuestDiagnoseRepairsForeignLines(t *testing.T) {
 	})
 
 	step(t, "fix keeps every foreign line and comments out the stale one", func(t *testing.T) {
-		r := guest.IPVSGuard(t, "diagnose", "--fix")
+		r := guest.IPVSGuard(t, "diagnose", "--fix", "--assume-proxy-mode", "ipvs")
 		if r.ExitCode != 0 {
 			t.Fatalf("exit %d, want 0:\n%s", r.ExitCode, r)
 		}
@@ -392,7 +392,7 @@ func TestGuestDiagnoseStaleInOtherFile(t *testing.T) {
 	if err := os.WriteFile(other, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := guest.IPVSGuard(t, "diagnose", "--fix")
+	r := guest.IPVSGuard(t, "diagnose", "--fix", "--assume-proxy-mode", "ipvs")
 	if r.ExitCode != 1 {
 		t.Fatalf("exit %d, want 1 (the stale line is left for its owner):\n%s", r.ExitCode, r)
 	}
@@ -415,7 +415,7 @@ func TestGuestDiagnoseScheduler(t *testing.T) {
 		if r.ExitCode != 1 || !strings.Contains(r.Stdout, "ip_vs_lc") {
 			t.Fatalf("want exit 1 naming ip_vs_lc:\n%s", r)
 		}
-		r = guest.IPVSGuard(t, "diagnose", "--scheduler", "lc", "--fix")
+		r = guest.IPVSGuard(t, "diagnose", "--scheduler", "lc", "--fix", "--assume-proxy-mode", "ipvs")
 		if r.ExitCode != 0 {
 			t.Fatalf("exit %d, want 0:\n%s", r.ExitCode, r)
 		}
@@ -439,7 +439,7 @@ func TestGuestDiagnoseScheduler(t *testing.T) {
 			t.Errorf("ip_vs_nosuch finding = %+v (present %v), want not available", f, ok)
 		}
 
-		r = guest.IPVSGuard(t, "diagnose", "--scheduler", "nosuch", "--fix")
+		r = guest.IPVSGuard(t, "diagnose", "--scheduler", "nosuch", "--fix", "--assume-proxy-mode", "ipvs")
 		if r.ExitCode != 1 {
 			t.Fatalf("exit %d with --fix, want 1 (ip_vs_nosuch cannot be fixed):\n%s", r.ExitCode, r)
 		}
@@ -478,7 +478,7 @@ func TestGuestDiagnoseReadOnlyEtc(t *testing.T) {
 	if r.ExitCode != 1 {
 		t.Fatalf("diagnose on a read-only /etc: exit %d, want 1:\n%s", r.ExitCode, r)
 	}
-	r = guest.IPVSGuard(t, "diagnose", "--fix")
+	r = guest.IPVSGuard(t, "diagnose", "--fix", "--assume-proxy-mode", "ipvs")
 	if r.ExitCode != 1 && r.ExitCode != 2 {
 		t.Fatalf("exit %d, want 1 or 2:\n%s", r.ExitCode, r)
 	}
@@ -562,7 +562,7 @@ func TestGuestDiagnoseModuleNotELF(t *testing.T) {
 			t.Errorf("restoring %s: %v", ko, err)
 		}
 	})
-	r := guest.IPVSGuard(t, "diagnose", "--fix")
+	r := guest.IPVSGuard(t, "diagnose", "--fix", "--assume-proxy-mode", "ipvs")
 	if r.ExitCode != 1 && r.ExitCode != 2 {
 		t.Fatalf("exit %d, want 1 or 2:\n%s", r.ExitCode, r)
 	}
@@ -584,7 +584,7 @@ func TestGuestDiagnoseBadKernelFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 		bindOver(t, garbage, "/proc/modules")
-		for _, args := range [][]string{{"diagnose"}, {"diagnose", "-o", "json"}, {"diagnose", "--fix"}} {
+		for _, args := range [][]string{{"diagnose"}, {"diagnose", "-o", "json"}, {"diagnose", "--fix", "--assume-proxy-mode", "ipvs"}} {
 			r := guest.IPVSGuard(t, args...)
 			if r.ExitCode != 1 && r.ExitCode != 2 {
 				t.Errorf("exit %d, want 1 or 2:\n%s", r.ExitCode, r)
@@ -612,7 +612,7 @@ func TestGuestDiagnoseBadKernelFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 		bindOver(t, cut, dep)
-		for _, args := range [][]string{{"diagnose"}, {"diagnose", "--fix"}} {
+		for _, args := range [][]string{{"diagnose"}, {"diagnose", "--fix", "--assume-proxy-mode", "ipvs"}} {
 			r := guest.IPVSGuard(t, args...)
 			if r.ExitCode != 1 && r.ExitCode != 2 {
 				t.Errorf("exit %d, want 1 or 2:\n%s", r.ExitCode, r)

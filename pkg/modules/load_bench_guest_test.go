@@ -42,7 +42,7 @@ func BenchmarkGuestLoadIPVSSet(b *testing.B) {
 	}
 	loaders := []loader{
 		{"ipvs-guard", func() error {
-			if r := guest.IPVSGuard(b, "diagnose", "--fix"); r.ExitCode != 0 {
+			if r := guest.IPVSGuard(b, "diagnose", "--fix", "--assume-proxy-mode", "ipvs"); r.ExitCode != 0 {
 				return fmt.Errorf("diagnose --fix failed:\n%s", r)
 			}
 			return nil

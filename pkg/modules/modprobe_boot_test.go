@@ -100,6 +100,14 @@ func TestModprobeConfigBlocksBootLoading(t *testing.T) {
 				if contains(asked, m) {
 					t.Errorf("--fix asked the loader for %s, which modprobe.d blocks (asked %v)", m, asked)
 				}
+				if strings.Contains(res.Message, m+" is not loaded by its name: ") {
+					// Only an alias keeps it: it loads as a dependency
+					// (TestAliasedModuleLoadsAsDependency); no failure.
+					if strings.Contains(res.Message, "did not load "+m+": ") {
+						t.Errorf("the message says %s is not loaded though it loads as a dependency: %q", m, res.Message)
+					}
+					continue
+				}
 				if !strings.Contains(res.Message, "did not load "+m+": ") || !strings.Contains(res.Message, m+" is not loaded at boot: ") {
 					t.Errorf("the message does not say why %s is neither loaded nor loaded at boot: %q", m, res.Message)
 				}
@@ -164,4 +172,43 @@ func activeLines(s string) []string {
 		}
 	}
 	return out
+}
+
+// TestAliasedModuleLoadsAsDependency: with "alias ip_vs veth", kmod and
+// ipvs-guard load ip_vs.ko as a dependency of the scheduler modules (a
+// dependency is loaded by its modules.dep path, never through an alias),
+// while the name ip_vs alone would load veth. The message says exactly
+// that, --fix loads ip_vs only through the schedulers, never by its name,
+// and reports no failure for it; the declaration file never names it.
+func TestAliasedModuleLoadsAsDependency(t *testing.T) {
+	dir := moduleTree(t, "debian12", debRel, nil)
+	writeIn(t, dir, "etc/modprobe.d/alias.conf", "alias ip_vs veth\n")
+	must(t, os.RemoveAll(filepath.Join(dir, "sys/module")))
+	k := &fakeKernel{}
+	l, err := newLoader(hostfs.New(dir), debRel, k)
+	must(t, err)
+	res, err := NewChecker(Config{Root: hostfs.New(dir), Scheduler: "rr", Remediate: true, Loader: l}).Run(testCtx(t))
+	must(t, err)
+	const says = "ip_vs is not loaded by its name: alias in /etc/modprobe.d/alias.conf redirects ip_vs to veth (that module is loaded instead); ipvs-guard does not declare it, and it is loaded only as a dependency of ip_vs_rr, ip_vs_wrr and ip_vs_sh"
+	if res.Reason != ReasonModuleBlocked || !strings.Contains(res.Message, says) || strings.Contains(res.Message, "did not load ip_vs:") {
+		t.Errorf("%s: %s", res.Reason, res.Message)
+	}
+	var loadedIPVS, loadedVeth bool
+	for _, c := range k.calls {
+		loadedIPVS = loadedIPVS || strings.HasPrefix(c, "finit:ip_vs:")
+		loadedVeth = loadedVeth || strings.HasPrefix(c, "finit:veth:")
+	}
+	if !loadedIPVS || loadedVeth {
+		t.Errorf("--fix inserted %q: want ip_vs (as a dependency) and no veth", k.calls)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "etc/modules-load.d/ipvs.conf"))
+	must(t, err)
+	if got := activeLines(string(b)); contains(got, "ip_vs") || !contains(got, "ip_vs_rr") {
+		t.Errorf("declared %q", got)
+	}
+	js, err := json.Marshal(res.Findings[0])
+	must(t, err)
+	if !strings.Contains(string(js), `"loaded_as_dependency_of":["ip_vs_rr","ip_vs_wrr","ip_vs_sh"]`) {
+		t.Errorf("JSON %s", js)
+	}
 }

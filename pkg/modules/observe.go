@@ -3,8 +3,12 @@
 package modules
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -21,7 +25,9 @@ type Finding struct {
 	Loaded bool `json:"loaded"`
 	// Builtin: compiled into the kernel (modules.builtin).
 	Builtin bool `json:"builtin"`
-	// Available: the kernel ships it (modules.dep or modules.builtin).
+	// Available: the kernel ships it (modules.dep or modules.builtin). In
+	// JSON, null when that is unknown (no modules.dep and not loaded):
+	// false means the kernel does not ship it.
 	Available bool `json:"available"`
 	// Declared: named in a modules-load.d *.conf file or /etc/modules, and
 	// loaded by systemd-modules-load under that name (BootBlocked is empty).
@@ -36,11 +42,40 @@ type Finding struct {
 	// to another module, naming the file. ipvs-guard then neither declares
 	// nor loads it. Empty when nothing blocks it.
 	BootBlocked string `json:"boot_blocked,omitempty"`
+	// LoadedAsDependencyOf names the needed modules that load this one as
+	// their dependency (at boot and by --fix) when only a modprobe.d alias
+	// keeps it from loading by its name.
+	LoadedAsDependencyOf []string `json:"loaded_as_dependency_of,omitempty"`
 
 	release string
 	wanted  bool
 	unknown bool // modules.dep missing: availability unknown
 }
+
+// MarshalJSON renders the finding as the diagnose report's module finding,
+// with "available": null when whether the kernel ships the module is
+// unknown (the text says "availability unknown").
+func (f Finding) MarshalJSON() ([]byte, error) {
+	out := struct {
+		Module      string   `json:"module"`
+		Loaded      bool     `json:"loaded"`
+		Builtin     bool     `json:"builtin"`
+		Available   *bool    `json:"available"`
+		Declared    bool     `json:"declared"`
+		Stale       bool     `json:"stale"`
+		DeclaredIn  []string `json:"declared_in,omitempty"`
+		BootBlocked string   `json:"boot_blocked,omitempty"`
+		DepOf       []string `json:"loaded_as_dependency_of,omitempty"`
+	}{f.Module, f.Loaded, f.Builtin, nil, f.Declared, f.Stale, f.DeclaredIn, f.BootBlocked, f.LoadedAsDependencyOf}
+	if !f.AvailabilityUnknown() {
+		out.Available = &f.Available
+	}
+	return json.Marshal(out)
+}
+
+// AvailabilityUnknown reports whether it is unknown if the kernel ships
+// the module: no modules.dep to tell, and not loaded.
+func (f Finding) AvailabilityUnknown() bool { return f.unknown && !f.Available && !f.Builtin }
 
 // String renders the finding as one line, e.g.
 // "ip_vs_rr: loaded, available, declared in /etc/modules-load.d/ipvs.conf".
@@ -72,6 +107,8 @@ func (f Finding) String() string {
 	switch {
 	case f.Stale:
 		parts = append(parts, "STALE declaration in "+strings.Join(f.DeclaredIn, ", "))
+	case f.BootBlocked != "" && len(f.LoadedAsDependencyOf) > 0:
+		parts = append(parts, "NOT LOADED BY ITS NAME: "+f.BootBlocked+"; loaded as a dependency of "+strings.Join(f.LoadedAsDependencyOf, ", "))
 	case f.BootBlocked != "" && len(f.DeclaredIn) > 0:
 		parts = append(parts, "named in "+strings.Join(f.DeclaredIn, ", ")+" but NOT LOADED AT BOOT: "+f.BootBlocked)
 	case f.BootBlocked != "":
@@ -114,6 +151,9 @@ type Observation struct {
 	Declarations []Declaration
 	// Modprobe is the modprobe.d configuration kmod applies.
 	Modprobe *ModprobeConfig
+	// NoModuleSupport is true when the kernel has no module support (no
+	// /proc/modules): only built-in modules can ever be there.
+	NoModuleSupport bool
 }
 
 // Observe reads the module state of the node at root for the given IPVS
@@ -153,6 +193,22 @@ func observeWith(root hostfs.Root, scheduler string, ix *Index) (*Observation, e
 		_, err := root.Stat(path.Join("/sys/module", name))
 		return err == nil
 	}
+	// A module in /sys/module without an initstate file, and not in
+	// /proc/modules, is built in: the kernel gives every loadable module an
+	// initstate, and a built-in one appears in /sys/module only for its
+	// parameters or version (nf_conntrack on kernels that build it in,
+	// whatever modules.builtin, when mounted, says).
+	builtinSys := func(name string) bool {
+		if loaded[name] || !inSys(name) {
+			return false
+		}
+		_, err := root.Stat(path.Join("/sys/module", name, "initstate"))
+		return errors.Is(err, fs.ErrNotExist)
+	}
+	// A kernel without module support (no /proc/modules) loads nothing:
+	// what is not built in can never be.
+	_, perr := root.Stat("/proc/modules")
+	noModules := errors.Is(perr, fs.ErrNotExist)
 	// Without modules.dep the kernel's shipped set is unknown: decide the
 	// conntrack module from what is loaded instead.
 	var shipper Shipper = ix
@@ -163,7 +219,7 @@ func observeWith(root hostfs.Root, scheduler string, ix *Index) (*Observation, e
 	if err != nil {
 		return nil, err
 	}
-	o := &Observation{Release: rel, Scheduler: schedulerOrDefault(scheduler), Desired: Desired(scheduler, shipper), Index: ix, Modprobe: conf}
+	o := &Observation{Release: rel, Scheduler: schedulerOrDefault(scheduler), Desired: Desired(scheduler, shipper), Index: ix, Modprobe: conf, NoModuleSupport: noModules}
 	// Keep only the declarations a finding can be about: a huge foreign
 	// file then costs reading time, not memory.
 	o.Declarations, err = ScanDeclarations(root, func(m string) bool { return isIPVSRelated(m) || contains(o.Desired, m) })
@@ -179,25 +235,44 @@ func observeWith(root hostfs.Root, scheduler string, ix *Index) (*Observation, e
 	// A module modules.dep lacks is "not in kernel" only when the index
 	// agrees with itself: never decide that from a cut modules.dep.
 	for _, m := range o.Desired {
-		if !ix.IsBuiltin(m) && !loaded[m] && !inSys(m) {
+		if !noModules && !ix.IsBuiltin(m) && !loaded[m] && !inSys(m) {
 			if err := ix.ConfirmAbsent(m); err != nil {
 				return nil, err
 			}
 		}
 	}
 	mk := func(name string, wanted bool) Finding {
-		f := Finding{Module: name, Builtin: ix.IsBuiltin(name), DeclaredIn: declaredIn[name], release: rel, wanted: wanted, unknown: ix.DepMissing}
+		f := Finding{Module: name, Builtin: ix.IsBuiltin(name) || builtinSys(name) || noModules && inSys(name), DeclaredIn: declaredIn[name], release: rel, wanted: wanted, unknown: ix.DepMissing && !noModules}
 		f.Loaded = loaded[name] || f.Builtin || inSys(name)
-		f.Available = ix.Ships(name) || (ix.DepMissing && f.Loaded)
+		f.Available = ix.Ships(name) && !noModules || f.Builtin || (ix.DepMissing && f.Loaded)
 		if wanted && !f.Builtin && (f.Available || ix.DepMissing) {
 			f.BootBlocked = conf.bootBlock(ix, name)
 		}
 		f.Declared = len(f.DeclaredIn) > 0 && f.BootBlocked == ""
-		f.Stale = len(f.DeclaredIn) > 0 && !f.Available && !f.Loaded && !ix.DepMissing
+		f.Stale = len(f.DeclaredIn) > 0 && !f.Available && !f.Loaded && (!ix.DepMissing || noModules)
 		return f
 	}
 	for _, m := range o.Desired {
 		o.Findings = append(o.Findings, mk(m, true))
+	}
+	// kmod (modprobe, systemd-modules-load) and ipvs-guard's loader load a
+	// dependency by its modules.dep path, not through modprobe.d's
+	// aliases: a needed module only an alias keeps from loading by name is
+	// loaded anyway as the dependency of a needed module that is declared
+	// and loaded (alias ip_vs veth: ip_vs_rr brings ip_vs.ko).
+	for i := range o.Findings {
+		f := &o.Findings[i]
+		if f.BootBlocked == "" || !conf.aliasOnly(f.Module) {
+			continue
+		}
+		for _, g := range o.Findings {
+			if g.Module == f.Module || g.BootBlocked != "" || g.Builtin || !g.Available {
+				continue
+			}
+			if e, err := ix.Entry(g.Module); err == nil && slices.ContainsFunc(e.Deps, func(d string) bool { return ModuleNameFromPath(d) == f.Module }) {
+				f.LoadedAsDependencyOf = append(f.LoadedAsDependencyOf, g.Module)
+			}
+		}
 	}
 	var extra []string
 	for m := range declaredIn {
@@ -230,18 +305,18 @@ type problems struct {
 
 func (o *Observation) problems() problems {
 	var p problems
-	p.availabilityUnknown = o.Index.DepMissing
+	p.availabilityUnknown = o.Index.DepMissing && !o.NoModuleSupport
 	for _, f := range o.Findings {
 		if f.wanted {
 			switch {
-			case !f.Loaded && !f.Available && !o.Index.DepMissing:
+			case !f.Loaded && !f.Available && (!o.Index.DepMissing || o.NoModuleSupport):
 				p.notInKernel = append(p.notInKernel, f.Module)
 			case !f.Loaded:
 				p.notLoaded = append(p.notLoaded, f.Module)
 			}
 			if f.BootBlocked != "" {
 				p.blocked = append(p.blocked, f)
-			} else if !f.Declared && !f.Builtin && (f.Available || o.Index.DepMissing) {
+			} else if !f.Declared && !f.Builtin && (f.Available || o.Index.DepMissing && !o.NoModuleSupport) {
 				p.notPersisted = append(p.notPersisted, f.Module)
 			}
 		}

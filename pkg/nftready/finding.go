@@ -20,6 +20,9 @@ const (
 	SeverityChange = "change"
 	// SeverityInfo: worth knowing, nothing to do.
 	SeverityInfo = "info"
+	// SeverityOK: what the report proved (the kernel's version, each
+	// nf_tables expression the kernel accepted); publishes no metric.
+	SeverityOK = "ok"
 )
 
 // Readiness finding kinds, stable (JSON "kind", the metrics' kind label).
@@ -73,7 +76,7 @@ const (
 type Finding struct {
 	// Kind is one of the Kind* constants.
 	Kind string `json:"kind"`
-	// Severity is blocker, change or info.
+	// Severity is blocker, change, info, or ok (what passed).
 	Severity string `json:"severity"`
 	// Object names what the finding is about (a module, a virtual server
 	// "TCP 10.96.99.99:80", an interface, a setting).
@@ -87,6 +90,9 @@ func (f Finding) String() string { return f.Severity + " " + f.Kind + ": " + f.M
 
 // State publishes the finding's kind and severity.
 func (f Finding) State() check.State {
+	if f.Severity == SeverityOK {
+		return check.State{}
+	}
 	return check.State{Readiness: &check.ReadinessState{Kind: f.Kind, Severity: f.Severity}}
 }
 

@@ -115,7 +115,8 @@ func TestGuestNFTablesReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Status != check.StatusOK || hasFinding(res, KindNFTExpression, "", "") {
+	if res.Status != check.StatusOK || hasFinding(res, KindNFTExpression, SeverityBlocker, "") || hasFinding(res, KindNFTExpression, SeverityInfo, "") ||
+		!hasFinding(res, KindNFTExpression, SeverityOK, ExprNumgen) {
 		t.Errorf("every module loaded: %s %s\n%v", res.Status, res.Message, res.Findings)
 	}
 	t.Logf("ready: %s %v", res.Message, res.Findings)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/klog/v2"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
@@ -83,7 +84,8 @@ type ReadinessConfig struct {
 	// Prober proves the kernel's nf_tables expressions; nil skips it.
 	Prober Prober
 	// MayLoadModules lets the probe run when it would make the kernel
-	// load nf_tables modules (diagnose --fix, an agent with remediation):
+	// load nf_tables modules (diagnose --prove-kernel or --fix, an agent
+	// with remediation):
 	// without it ipvs-guard loads no module, so the probe then runs only
 	// when every module it needs is loaded or built in.
 	MayLoadModules bool
@@ -148,7 +150,7 @@ func (c *ReadinessChecker) Run(ctx context.Context) (check.Result, error) {
 
 // result orders the findings (blockers first) and words the result.
 func (c *ReadinessChecker) result(r report) check.Result {
-	rank := map[string]int{SeverityBlocker: 0, SeverityChange: 1, SeverityInfo: 2}
+	rank := map[string]int{SeverityBlocker: 0, SeverityChange: 1, SeverityInfo: 2, SeverityOK: 3}
 	sort.SliceStable(r.findings, func(i, j int) bool { return rank[r.findings[i].Severity] < rank[r.findings[j].Severity] })
 	count := map[string]int{}
 	var blockers []string
@@ -190,6 +192,8 @@ func (c *ReadinessChecker) kernel(ctx context.Context, r *report) {
 		case maj < minKernel[0] || maj == minKernel[0] && mnr < minKernel[1]:
 			r.add(KindKernelVersion, SeverityBlocker, rel, fmt.Sprintf("kernel %s is older than 5.13, the oldest kube-proxy's nftables mode runs on", rel),
 				check.Step{"Upgrade the node's kernel to 5.13 or newer (the distribution's current kernel) before switching kube-proxy to nftables mode."})
+		default:
+			r.add(KindKernelVersion, SeverityOK, rel, fmt.Sprintf("kernel %s is 5.13 or newer, as kube-proxy's nftables mode needs", rel))
 		}
 	}
 	var loaded map[string]bool
@@ -271,7 +275,7 @@ func (c *ReadinessChecker) probe(ctx context.Context, r *report, missing []strin
 		return
 	}
 	if len(missing) > 0 && !c.cfg.MayLoadModules && !disabled {
-		c.shipped(r, missing, fmt.Sprintf("building them would make the kernel load %s, and ipvs-guard loads no module unless asked to (diagnose --fix, or an agent with remediation enabled)", strings.Join(missing, ", ")))
+		c.shipped(r, missing, fmt.Sprintf("building them would make the kernel load %s, and ipvs-guard loads no module unless asked to (diagnose --prove-kernel, which loads only these, or --fix, or an agent with remediation enabled)", strings.Join(missing, ", ")))
 		return
 	}
 	res, err := c.cfg.Prober.Probe(ctx)
@@ -280,7 +284,11 @@ func (c *ReadinessChecker) probe(ctx context.Context, r *report, missing []strin
 		return
 	}
 	for _, p := range res {
-		if p.Err == nil || errors.Is(p.Err, errPrereq) {
+		if p.Err == nil {
+			r.add(KindNFTExpression, SeverityOK, p.Expression, fmt.Sprintf("nf_tables expression %s works on this kernel (built in a throwaway table in a private network namespace)", p.Expression))
+			continue
+		}
+		if errors.Is(p.Err, errPrereq) {
 			continue
 		}
 		mods := ExprModules[p.Expression]
@@ -322,23 +330,11 @@ func (c *ReadinessChecker) shipped(r *report, missing []string, why string) {
 
 // parseKernel reads major.minor from a kernel release ("6.1.0-56-amd64").
 func parseKernel(rel string) (int, int, bool) {
-	parts := strings.SplitN(strings.TrimSpace(rel), ".", 3)
-	if len(parts) < 2 {
-		return 0, 0, false
-	}
-	maj, err := strconv.Atoi(parts[0])
+	v, err := utilversion.ParseGeneric(rel)
 	if err != nil {
 		return 0, 0, false
 	}
-	m := parts[1]
-	if i := strings.IndexFunc(m, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
-		m = m[:i]
-	}
-	mnr, err := strconv.Atoi(m)
-	if err != nil {
-		return 0, 0, false
-	}
-	return maj, mnr, true
+	return int(v.Major()), int(v.Minor()), true
 }
 
 // rke2Gates are the first RKE2 release of each minor that offers

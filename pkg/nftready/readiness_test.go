@@ -338,6 +338,13 @@ func TestReadiness(t *testing.T) {
 			var text []string
 			for _, f := range res.Findings {
 				rf := f.(Finding)
+				if rf.Severity == SeverityOK {
+					// What passed (TestReadinessOKLines); no metric.
+					if st := f.State(); st.Readiness != nil {
+						t.Errorf("ok finding %v publishes %+v", rf, st.Readiness)
+					}
+					continue
+				}
 				got = append(got, wantFinding{rf.Kind, rf.Severity, rf.Object})
 				text = append(text, rf.Message)
 				if st := f.State().Readiness; st == nil || st.Kind != rf.Kind || st.Severity != rf.Severity {
@@ -369,6 +376,8 @@ func TestParseKernelAndPatch(t *testing.T) {
 		{"6.1.0-56-amd64", 6, 1, true, "v1.35.7+rke2r1", 7, 1},
 		{"5.13", 5, 13, true, "v1.34.10+rke2r2", 10, 2},
 		{"4.19.0", 4, 19, true, "v1.37.1", 1, -1},
+		{"5.10.0-33-cloud-amd64", 5, 10, true, "v1.36.3+rke2r1", 3, 1},
+		{"6.1.0-28-amd64", 6, 1, true, "v1.37.1", 1, -1},
 		{"garbage", 0, 0, false, "v1", -1, -1},
 	} {
 		maj, mnr, ok := parseKernel(tt.rel)
@@ -378,6 +387,42 @@ func TestParseKernelAndPatch(t *testing.T) {
 		p, r := patchOf(tt.gv)
 		if p != tt.patch || r != tt.rke {
 			t.Errorf("patchOf(%q) = %d %d", tt.gv, p, r)
+		}
+	}
+}
+
+// TestReadinessOKLines: what the report proved is in it as ok findings (the
+// kernel's version, each expression the probe built), in the text and in
+// JSON, after every other finding.
+func TestReadinessOKLines(t *testing.T) {
+	res, err := NewReadinessChecker(readyConfig()).Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ok []string
+	last := ""
+	for _, f := range res.Findings {
+		rf := f.(Finding)
+		if rf.Severity == SeverityOK {
+			ok = append(ok, rf.Kind+" "+rf.Object)
+		} else if last == SeverityOK {
+			t.Errorf("%v after an ok finding", rf)
+		}
+		last = rf.Severity
+	}
+	want := []string{KindKernelVersion + " 6.1.0-56-amd64"}
+	for _, e := range Expressions {
+		want = append(want, KindNFTExpression+" "+e)
+	}
+	if !slices.Equal(ok, want) {
+		t.Errorf("ok findings %q, want %q", ok, want)
+	}
+	for _, f := range res.Findings {
+		if rf := f.(Finding); rf.Severity == SeverityOK && rf.Kind == KindNFTExpression {
+			if s := rf.String(); !strings.HasPrefix(s, "ok nft-expression: nf_tables expression ") {
+				t.Errorf("text line %q", s)
+			}
+			break
 		}
 	}
 }

@@ -470,7 +470,9 @@ func (e *e2e) startAgent(remediate bool) {
 	if len(args) == 0 || args[0] != "run" {
 		e.t.Fatalf("the DaemonSet's args do not start with run: %q", e.agent.args)
 	}
-	args = append(args, "--kubeconfig=/run/e2e/agent.kubeconfig", "--scheduler=lc", "--resync-period="+resync)
+	// kube-proxy is a host process here (no RKE2 files, no ConfigMap):
+	// the operator says its mode, as the node tier does.
+	args = append(args, "--kubeconfig=/run/e2e/agent.kubeconfig", "--scheduler=lc", "--assume-proxy-mode=ipvs", "--resync-period="+resync)
 	if remediate {
 		args = append(args, "--remediate")
 	}

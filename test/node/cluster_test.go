@@ -85,7 +85,10 @@ func TestHelmInstallControlPlane(t *testing.T) {
 
 	start := time.Now()
 	helm(t, srv.Kubeconfig, "install", release, chartDir(), "--namespace", namespace, "--create-namespace",
-		"--set", "image.repository=localhost/ipvs-guard", "--set", "image.tag=node-test")
+		"--set", "image.repository=localhost/ipvs-guard", "--set", "image.tag=node-test",
+		// kube-proxy is a host process in IPVS mode that cannot start without
+		// the modules, and nothing else on the node tells its mode.
+		"--set", "assumeProxyMode=ipvs")
 
 	var pod corev1.Pod
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
