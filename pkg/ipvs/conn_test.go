@@ -49,7 +49,7 @@ func TestParseConnCounts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseConnCounts(strings.NewReader(tt.in))
+			got, err := ParseConnCounts(strings.NewReader(tt.in), nil)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
