@@ -71,6 +71,8 @@ type Config struct {
 // Checker is the modules check (check name "modules").
 type Checker struct {
 	cfg Config
+	// modprobe keeps the parsed modprobe.d files between runs.
+	modprobe ModprobeCache
 }
 
 var _ check.Checker = (*Checker)(nil)
@@ -119,7 +121,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	if err := ValidateScheduler(sched); err != nil {
 		return check.Result{}, fmt.Errorf("the configured scheduler: %w", err)
 	}
-	obs, err := observeWith(c.cfg.Root, sched, ix)
+	obs, err := observeWith(c.cfg.Root, sched, ix, &c.modprobe)
 	if err != nil {
 		return check.Result{}, err
 	}
@@ -127,7 +129,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	var failures []string
 	if c.cfg.Remediate {
 		actions, failures = c.remediate(klog.NewContext(ctx, log), obs)
-		if obs, err = observeWith(c.cfg.Root, sched, ix); err != nil {
+		if obs, err = observeWith(c.cfg.Root, sched, ix, &c.modprobe); err != nil {
 			return check.Result{}, err
 		}
 	}

@@ -33,10 +33,13 @@ type ModprobeConfig struct {
 	// module with one is not loaded (the administrator replaced its loading
 	// with a command, often /bin/false to forbid it).
 	Install map[string]string
+
+	// optParts collects each module's options while a file is parsed.
+	optParts map[string][]string
 }
 
 func newModprobeConfig() *ModprobeConfig {
-	return &ModprobeConfig{Options: map[string]string{}, Softdeps: map[string]Softdep{}, Blacklist: map[string]bool{}, Install: map[string]string{},
+	return &ModprobeConfig{optParts: map[string][]string{}, Options: map[string]string{}, Softdeps: map[string]Softdep{}, Blacklist: map[string]bool{}, Install: map[string]string{},
 		BlacklistFile: map[string]string{}, InstallFile: map[string]string{}}
 }
 
@@ -44,10 +47,8 @@ func newModprobeConfig() *ModprobeConfig {
 // kmod tries them in order).
 func (c *ModprobeConfig) merge(o *ModprobeConfig) {
 	c.Aliases = append(c.Aliases, o.Aliases...)
-	for k, v := range o.Options {
-		if c.Options[k] != "" {
-			c.Options[k] += " " + v
-		} else {
+	for k, v := range o.Options { // several files' options of a module are joined by the caller
+		if c.Options[k] == "" {
 			c.Options[k] = v
 		}
 	}
@@ -122,6 +123,10 @@ func parseModprobeConfig(r io.Reader, lenient bool) (*ModprobeConfig, error) {
 			return nil, fmt.Errorf("line %d: %w", start, err)
 		}
 	}
+	for name, parts := range c.optParts {
+		c.Options[name] = strings.Join(parts, " ")
+	}
+	c.optParts = nil
 	return c, nil
 }
 
@@ -146,11 +151,9 @@ func (c *ModprobeConfig) parseLine(line string) error {
 		}
 		name := Normalize(f[1])
 		if len(f) > 2 {
-			v := strings.Join(f[2:], " ")
-			if c.Options[name] != "" {
-				v = c.Options[name] + " " + v
-			}
-			c.Options[name] = v
+			// Joined once the file is read: appending to a growing string
+			// per line would copy it again and again.
+			c.optParts[name] = append(c.optParts[name], f[2:]...)
 		}
 	case "blacklist":
 		if len(f) < 2 {
