@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
@@ -48,15 +47,6 @@ type modprobeFileID struct {
 	dev, ino     uint64
 	size         int64
 	mtime, ctime time.Time
-}
-
-func modprobeIDOf(fi os.FileInfo) (modprobeFileID, bool) {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok || st == nil {
-		return modprobeFileID{}, false
-	}
-	return modprobeFileID{dev: uint64(st.Dev), ino: uint64(st.Ino), size: fi.Size(), mtime: fi.ModTime(),
-		ctime: time.Unix(int64(st.Ctim.Sec), int64(st.Ctim.Nsec))}, true //nolint:unconvert // Ctim's field types differ by architecture
 }
 
 // ReadModprobeDirs reads the modprobe configuration kmod (and so
