@@ -35,7 +35,7 @@ budget=$((128 << 20))
 
 : "${LIMIT_DEP:=$((4 << 20))}" "${LIMIT_BUILTIN:=$((1 << 20))}" "${LIMIT_BIN:=$((4 << 20))}"
 : "${LIMIT_PROCMODULES:=$((1 << 20))}" "${LIMIT_CONF:=$((16 << 20))}" "${LIMIT_OWNED:=$((1 << 20))}"
-: "${LIMIT_MODPROBE:=$((1 << 20))}" "${LIMIT_MODPROBE_TOTAL:=$((2 << 20))}"
+: "${LIMIT_MODPROBE:=$((1 << 20))}" "${LIMIT_MODPROBE_TOTAL:=$((256 << 10))}"
 
 # grow FILE SIZE KIND: append valid lines of KIND to FILE until it is SIZE bytes.
 grow() {

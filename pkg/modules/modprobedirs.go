@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -15,35 +16,35 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 )
 
-// limitModprobeTotal bounds the modprobe.d files read together, each at
-// most limitModprobeConf: a real host's hold a few KiB in all (Debian 12 and
-// Ubuntu 24.04: under 20 KiB). The configuration parsed from them is held in
-// memory (and re-read every resync), so the budget is its cost: past it the
-// read is an error naming the directories and the budget, never a pod
+// limitModprobeTotal bounds the modprobe.d files read together (each is
+// also at most limitModprobeConf): a real host's hold a few KiB in all
+// (Debian 12 and Ubuntu 24.04: under 20 KiB). The configuration parsed from
+// them is held in memory, so the budget is its cost (some 6 MiB of RSS at
+// the budget, make bench-memory): past it the read is an error naming the
+// directories and the budget, before anything is parsed, never a pod
 // beyond its memory limit.
-var limitModprobeTotal = hostfs.Limit{Kind: "all modprobe.d files together", Max: 2 << 20}
+var limitModprobeTotal = hostfs.Limit{Kind: "all modprobe.d files together", Max: 256 << 10}
 
 // ErrModprobeBudget: the modprobe.d files hold more than limitModprobeTotal
 // together.
 var ErrModprobeBudget = errors.New("modprobe.d files too large together")
 
-// ModprobeCache keeps the configuration parsed from each modprobe.d file
-// between reads, so a resync re-parses only the files that changed: a file
-// is the same while its device, inode, size, modification and change times
-// are (read from the opened file). The zero value is ready; safe for
-// concurrent use.
+// ModprobeCache keeps the configuration read from modprobe.d between
+// reads, so a resync parses the files again only when one changed: every
+// file is the same while its device, inode, size, modification and change
+// times are (stat, inside the root) and the set of files is. Callers must
+// not modify the configuration it returns. The zero value is ready; safe
+// for concurrent use.
 type ModprobeCache struct {
-	mu    sync.Mutex
-	files map[string]cachedModprobe // root path + host path → parsed file
-}
-
-type cachedModprobe struct {
-	id   modprobeFileID
-	conf *ModprobeConfig
+	mu      sync.Mutex
+	ids     []modprobeFileID // per file read, in order; nil: nothing cached
+	cmdline string
+	conf    *ModprobeConfig
 }
 
 // modprobeFileID is what tells a file changed without reading it.
 type modprobeFileID struct {
+	path         string
 	dev, ino     uint64
 	size         int64
 	mtime, ctime time.Time
@@ -56,13 +57,14 @@ type modprobeFileID struct {
 // (<root>/proc/cmdline). Each blacklist entry and install command records
 // the file it came from, each alias its File. A file that is not regular
 // (a named pipe, a device other than /dev/null) or larger than its limit,
-// or files larger than limitModprobeTotal together, are an error.
+// or files larger than limitModprobeTotal together, are an error, before
+// anything is parsed.
 func ReadModprobeDirs(root hostfs.Root) (*ModprobeConfig, error) {
 	return (*ModprobeCache)(nil).Read(root)
 }
 
-// Read is ReadModprobeDirs, parsing only the files that changed since the
-// cache last read them (a nil cache parses every file).
+// Read is ReadModprobeDirs, parsing nothing when no file changed since the
+// cache last read them (a nil cache parses every time).
 func (mc *ModprobeCache) Read(root hostfs.Root) (*ModprobeConfig, error) {
 	files := ModprobeFiles(root)
 	names := make([]string, 0, len(files))
@@ -70,104 +72,98 @@ func (mc *ModprobeCache) Read(root hostfs.Root) (*ModprobeConfig, error) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	var old map[string]cachedModprobe
-	if mc != nil {
-		mc.mu.Lock()
-		defer mc.mu.Unlock()
-		old = mc.files
-	}
-	next := map[string]cachedModprobe{}
-	conf := newModprobeConfig()
+	var paths []string
+	var ids []modprobeFileID
+	cacheable := true
 	var total int64
-	optParts := map[string][]string{}
 	for _, n := range names {
 		p := files[n]
-		if fi, err := root.Stat(p); isDevNullLink(root, p) || err == nil && hostfs.IsDevNull(fi) {
+		fi, err := root.Stat(p)
+		if isDevNullLink(root, p) || err == nil && hostfs.IsDevNull(fi) {
 			continue // a link to /dev/null masks the name: read as nothing
 		}
-		c, size, id, err := readModprobeFile(root, p, old[root.Path(p)], limitModprobeTotal.Max-total)
 		if errors.Is(err, os.ErrNotExist) {
 			continue // gone since it was listed
 		}
-		if errors.Is(err, ErrModprobeBudget) {
-			return nil, fmt.Errorf("reading %s: the modprobe.d files up to it (%s) hold more than the %s (a real host's hold a few KiB): %w",
-				root.Path(p), strings.Join(ModprobeDirs, ", "), limitModprobeTotal, err)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", root.Path(p), err)
+		}
+		if fi.Mode().IsRegular() {
+			if fi.Size() > limitModprobeConf.Max {
+				return nil, fmt.Errorf("reading %s: %d bytes is more than the %s: %w", root.Path(p), fi.Size(), limitModprobeConf, hostfs.ErrTooLarge)
+			}
+			if total += fi.Size(); total > limitModprobeTotal.Max {
+				return nil, budgetError(root, p)
+			}
+		}
+		id, ok := modprobeIDOf(fi)
+		id.path = p
+		cacheable = cacheable && ok
+		paths, ids = append(paths, p), append(ids, id)
+	}
+	cmdline := ""
+	if b, err := root.ReadFile(KernelCmdline, limitSmallKernel); err == nil {
+		cmdline = string(b)
+	}
+	if mc != nil {
+		mc.mu.Lock()
+		defer mc.mu.Unlock()
+		if cacheable && mc.conf != nil && mc.cmdline == cmdline && slices.Equal(mc.ids, ids) {
+			return mc.conf, nil
+		}
+		mc.ids, mc.conf = nil, nil
+	}
+	conf := newModprobeConfig()
+	var read int64
+	for _, p := range paths {
+		n, err := parseModprobeFile(root, p, conf, limitModprobeTotal.Max-read)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // gone since it was listed
 		}
 		if err != nil {
 			return nil, err
 		}
-		total += size
-		if id != (modprobeFileID{}) {
-			next[root.Path(p)] = cachedModprobe{id: id, conf: c}
-		}
-		for k, v := range c.Options {
-			optParts[k] = append(optParts[k], v)
-		}
-		conf.merge(c)
+		read += n
 	}
-	for k, parts := range optParts {
-		conf.Options[k] = strings.Join(parts, " ")
-	}
-	if mc != nil {
-		mc.files = next
-	}
-	if b, err := root.ReadFile(KernelCmdline, limitSmallKernel); err == nil {
-		for _, m := range cmdlineBlacklist(string(b)) {
-			if !conf.Blacklist[m] {
-				conf.Blacklist[m] = true
-				conf.BlacklistFile[m] = KernelCmdline + " (modprobe.blacklist=)"
-			}
+	conf.finish()
+	for _, m := range cmdlineBlacklist(cmdline) {
+		if !conf.Blacklist[m] {
+			conf.Blacklist[m] = true
+			conf.BlacklistFile[m] = KernelCmdline + " (modprobe.blacklist=)"
 		}
+	}
+	if mc != nil && cacheable {
+		mc.ids, mc.cmdline, mc.conf = ids, cmdline, conf
 	}
 	return conf, nil
 }
 
-// readModprobeFile parses the modprobe.d file at host path p, or returns
-// the cached parse when the opened file is the one cached; a file larger
-// than budget is ErrModprobeBudget, unparsed. The parsed configuration is
-// never modified after it is returned (merge copies it).
-func readModprobeFile(root hostfs.Root, p string, cached cachedModprobe, budget int64) (*ModprobeConfig, int64, modprobeFileID, error) {
+func budgetError(root hostfs.Root, p string) error {
+	return fmt.Errorf("reading %s: the modprobe.d files up to it (%s) hold more than the %s (a real host's hold a few KiB): %w",
+		root.Path(p), strings.Join(ModprobeDirs, ", "), limitModprobeTotal, ErrModprobeBudget)
+}
+
+// parseModprobeFile parses the modprobe.d file at host path p into conf,
+// reading at most its limit and budget bytes; it returns the bytes read.
+func parseModprobeFile(root hostfs.Root, p string, conf *ModprobeConfig, budget int64) (int64, error) {
 	f, err := root.Open(p)
 	if err != nil {
 		if errors.Is(err, hostfs.ErrNotRegular) || errors.Is(err, os.ErrNotExist) {
-			return nil, 0, modprobeFileID{}, err
+			return 0, err
 		}
-		return nil, 0, modprobeFileID{}, fmt.Errorf("reading %s: %w", root.Path(p), err)
+		return 0, fmt.Errorf("reading %s: %w", root.Path(p), err)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, 0, modprobeFileID{}, fmt.Errorf("reading %s: %w", root.Path(p), err)
+	lim := min(limitModprobeConf.Max, budget)
+	lr := &io.LimitedReader{R: f, N: lim + 1}
+	if err := conf.parseFrom(lr, true, p); err != nil {
+		return 0, fmt.Errorf("parsing %s: %w", root.Path(p), err)
 	}
-	if fi.Size() > limitModprobeConf.Max {
-		return nil, 0, modprobeFileID{}, fmt.Errorf("reading %s: %d bytes is more than the %s: %w", root.Path(p), fi.Size(), limitModprobeConf, hostfs.ErrTooLarge)
+	if lr.N <= 0 {
+		if lim < limitModprobeConf.Max {
+			return 0, budgetError(root, p)
+		}
+		return 0, fmt.Errorf("reading %s: it is larger than the %s: %w", root.Path(p), limitModprobeConf, hostfs.ErrTooLarge)
 	}
-	if fi.Size() > budget {
-		return nil, 0, modprobeFileID{}, ErrModprobeBudget
-	}
-	id, ok := modprobeIDOf(fi)
-	if ok && cached.conf != nil && cached.id == id {
-		return cached.conf, fi.Size(), id, nil
-	}
-	lr := &io.LimitedReader{R: f, N: limitModprobeConf.Max + 1}
-	c, err := parseModprobeConfig(lr, true)
-	if err != nil {
-		return nil, 0, modprobeFileID{}, fmt.Errorf("parsing %s: %w", root.Path(p), err)
-	}
-	if lr.N <= 0 || limitModprobeConf.Max+1-lr.N > budget {
-		return nil, 0, modprobeFileID{}, fmt.Errorf("reading %s: it grew past the %s: %w", root.Path(p), limitModprobeConf, hostfs.ErrTooLarge)
-	}
-	for i := range c.Aliases {
-		c.Aliases[i].File = p
-	}
-	for k := range c.Blacklist {
-		c.BlacklistFile[k] = p
-	}
-	for k := range c.Install {
-		c.InstallFile[k] = p
-	}
-	if !ok {
-		id = modprobeFileID{}
-	}
-	return c, fi.Size(), id, nil
+	return lim + 1 - lr.N, nil
 }

@@ -49,7 +49,8 @@ func TestModprobeBudget(t *testing.T) {
 		wantE error
 	}{
 		{name: "a real host's few KiB", n: 20, size: 1 << 10},
-		{name: "two files at the file limit: the budget", n: 2, size: 1 << 20},
+		{name: "files up to the budget", n: 2, size: 128 << 10},
+		{name: "one file at the file limit: past the budget", n: 1, size: 1 << 20, wantE: ErrModprobeBudget},
 		{name: "35 files of 1 MiB", n: 35, size: 1 << 20, wantE: ErrModprobeBudget},
 		{name: "100 files of 1 MiB", n: 100, size: 1 << 20, wantE: ErrModprobeBudget},
 	}
@@ -62,7 +63,7 @@ func TestModprobeBudget(t *testing.T) {
 			if !errors.Is(err, tt.wantE) || (err != nil && tt.wantE == nil) {
 				t.Fatalf("err = %v, want %v", err, tt.wantE)
 			}
-			if err != nil && (!strings.Contains(err.Error(), "/etc/modprobe.d") || !strings.Contains(err.Error(), "2 MiB limit")) {
+			if err != nil && (!strings.Contains(err.Error(), "/etc/modprobe.d") || !strings.Contains(err.Error(), "256 KiB limit")) {
 				t.Errorf("the error names neither the directory nor the budget: %v", err)
 			}
 			if d := time.Since(start); d > 10*time.Second {
@@ -74,20 +75,31 @@ func TestModprobeBudget(t *testing.T) {
 
 // TestModprobeOptionsLinear: a module's options over many lines are joined
 // once, in order (appending to a growing string per line took 12 s for one
-// 1 MiB file).
+// 1 MiB file), across files too.
 func TestModprobeOptionsLinear(t *testing.T) {
-	dir := t.TempDir()
-	fillModprobe(t, dir, 1, 1<<20, func(_, i int) string { return fmt.Sprintf("options m a%07x=1\n", i) })
-	if err := os.WriteFile(filepath.Join(dir, "etc/modprobe.d/z.conf"), []byte("options m last=1\noptions n x=1 y=2\n"), 0o644); err != nil {
-		t.Fatal(err)
+	var b strings.Builder
+	for i := 0; b.Len() < 1<<20; i++ {
+		fmt.Fprintf(&b, "options m a%07x=1\n", i)
 	}
 	start := time.Now()
-	c, err := ReadModprobeDirs(hostfs.New(dir))
+	c, err := ParseModprobeConfig(strings.NewReader(b.String()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("took %s", d)
+	}
+	if o := c.Options["m"]; !strings.HasPrefix(o, "a0000000=1 a0000001=1 ") {
+		t.Errorf("options of m: %.40q", o)
+	}
+	dir := t.TempDir()
+	fillModprobe(t, dir, 1, 100<<10, func(_, i int) string { return fmt.Sprintf("options m a%07x=1\n", i) })
+	if err := os.WriteFile(filepath.Join(dir, "etc/modprobe.d/z.conf"), []byte("options m last=1\noptions n x=1 y=2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err = ReadModprobeDirs(hostfs.New(dir))
+	if err != nil {
+		t.Fatal(err)
 	}
 	if o := c.Options["m"]; !strings.HasPrefix(o, "a0000000=1 a0000001=1 ") || !strings.HasSuffix(o, " last=1") {
 		t.Errorf("options of m: %.40q…%q", o, o[max(0, len(o)-40):])
@@ -118,16 +130,18 @@ func TestModprobeCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := mc.files[root.Path("/etc/modprobe.d/a.conf")].conf
 	again, err := mc.Read(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mc.files[root.Path("/etc/modprobe.d/a.conf")].conf != a {
-		t.Error("an unchanged file was parsed again")
+	if again != first {
+		t.Error("unchanged files were parsed again")
 	}
-	if fmt.Sprint(first) != fmt.Sprint(again) {
-		t.Errorf("the cached read differs:\n%+v\n%+v", first, again)
+	if fresh, err := ReadModprobeDirs(root); err != nil || fmt.Sprint(fresh) != fmt.Sprint(again) {
+		t.Errorf("the cached read differs from a fresh one (%v):\n%+v\n%+v", err, fresh, again)
+	}
+	if first.BlacklistFile["ip_vs"] != "/etc/modprobe.d/a.conf" || first.InstallFile["ip_vs_sh"] != "/etc/modprobe.d/b.conf" {
+		t.Errorf("files not recorded: %+v", first)
 	}
 	write("a.conf", "options ip_vs conn_tab_bits=14\n")
 	changed, err := mc.Read(root)
@@ -140,7 +154,7 @@ func TestModprobeCache(t *testing.T) {
 	if err := os.Remove(filepath.Join(d, "b.conf")); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := mc.Read(root); err != nil || c.Install["ip_vs_sh"] != "" || len(mc.files) != 1 {
-		t.Errorf("a removed file still read (%v): %+v, %d cached", err, c, len(mc.files))
+	if c, err := mc.Read(root); err != nil || c.Install["ip_vs_sh"] != "" || len(mc.ids) != 1 {
+		t.Errorf("a removed file still read (%v): %+v, %d cached", err, c, len(mc.ids))
 	}
 }
