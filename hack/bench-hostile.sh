@@ -87,6 +87,13 @@ run conf-9MB
 r=$(fresh conf-200MB); (set +o pipefail; yes foo_module_name_x | head -c $((200 << 20))) >"$r/etc/modules-load.d/huge.conf"
 run conf-200MB
 
+# Many modprobe.d files, each under its 1 MiB limit (their budget together is 256 KiB).
+for n in 35 100; do
+	r=$(fresh "modprobe-${n}x1MiB"); mkdir -p "$r/etc/modprobe.d"
+	for i in $(seq -w 1 "$n"); do (set +o pipefail; yes "install i${i}_module_x /bin/true" | head -c $((1 << 20))) >"$r/etc/modprobe.d/f$i.conf"; done
+	run "modprobe-${n}x1MiB"
+done
+
 # Bad flags.
 r=$(fresh sched-inject); run sched-inject --scheduler 'rr;rm -rf /' --fix
 r=$(fresh sched-dotdot); run sched-dotdot --scheduler ../x --fix

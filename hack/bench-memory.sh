@@ -7,11 +7,13 @@
 # pkg/modules/testdata/debian12 with one file grown to the size, its content
 # valid to the end (the parser's worst case: many short lines, each a new
 # module; modules-load.d-ipvs: a modules-load.d file of distinct ip_vs_*
-# names, each a stale declaration). Peak RSS is the kernel's own figure (/usr/bin/time -v, from
-# Debian's time package). The loader's files (modules.alias, its .bin,
-# modules.softdep, modprobe.d) are read only when loading into the running
-# kernel, never for a --root tree: TestParserMemoryAtLimits in pkg/modules
-# covers them.
+# names, each a stale declaration; modprobe.d: files of distinct install
+# commands at the file limit, as many as fill the budget of all modprobe.d
+# files together). Peak RSS is the kernel's own figure (/usr/bin/time -v, from
+# Debian's time package). The loader's other files (modules.alias, its .bin,
+# modules.softdep) are read only when loading into the running kernel,
+# never for a --root tree: TestParserMemoryAtLimits in pkg/modules covers
+# them.
 #
 # Usage: hack/bench-memory.sh [BINARY]   (default: builds bin/ipvs-guard)
 # The sizes are the limits in pkg/modules (index.go, modulesload.go); set
@@ -33,6 +35,7 @@ budget=$((128 << 20))
 
 : "${LIMIT_DEP:=$((4 << 20))}" "${LIMIT_BUILTIN:=$((1 << 20))}" "${LIMIT_BIN:=$((4 << 20))}"
 : "${LIMIT_PROCMODULES:=$((1 << 20))}" "${LIMIT_CONF:=$((16 << 20))}" "${LIMIT_OWNED:=$((1 << 20))}"
+: "${LIMIT_MODPROBE:=$((1 << 20))}" "${LIMIT_MODPROBE_TOTAL:=$((256 << 10))}"
 
 # grow FILE SIZE KIND: append valid lines of KIND to FILE until it is SIZE bytes.
 grow() {
@@ -46,6 +49,7 @@ line = {
     "procmodules": lambda i: b"p%07x 1 0 - Live 0x0\n" % i,
     "conf": lambda i: b"d%07x\n" % i,
     "conf-ipvs": lambda i: b"ip_vs_%07x\n" % i,
+    "modprobe": lambda i: b"install i%s_%07x /bin/true\n" % (os.path.basename(path).encode()[:3], i),
     "bin": None,
 }[kind]
 with open(path, "wb") as f:
@@ -90,6 +94,14 @@ setfile() {
 	modules-load.d-ipvs) grow "$r/etc/modules-load.d/big.conf" "$size" conf-ipvs ;;
 	/etc/modules) grow "$r/etc/modules" "$size" conf ;;
 	ipvs.conf) grow "$r/etc/modules-load.d/ipvs.conf" "$size" conf ;;
+	modprobe.d) # files at the file limit up to SIZE bytes in all
+		local i=0 left=$size
+		mkdir -p "$r/etc/modprobe.d"
+		while ((left > 0)); do
+			grow "$r/etc/modprobe.d/f$(printf %02d $i).conf" $((left < LIMIT_MODPROBE ? left : LIMIT_MODPROBE)) modprobe
+			left=$((left - LIMIT_MODPROBE)) i=$((i + 1))
+		done
+		;;
 	esac
 }
 
@@ -101,6 +113,7 @@ limit_of() {
 	/proc/modules) echo "$LIMIT_PROCMODULES" ;;
 	modules-load.d | modules-load.d-ipvs | /etc/modules) echo "$LIMIT_CONF" ;;
 	ipvs.conf) echo "$LIMIT_OWNED" ;;
+	modprobe.d) echo "$LIMIT_MODPROBE_TOTAL" ;;
 	esac
 }
 
@@ -129,7 +142,7 @@ r=$(fresh baseline)
 run "(none)" "-" "$r"
 run "(none)" "-" "$r" --fix
 
-for which in modules.dep modules.builtin modules.dep.bin /proc/modules modules-load.d modules-load.d-ipvs /etc/modules ipvs.conf; do
+for which in modules.dep modules.builtin modules.dep.bin /proc/modules modules-load.d modules-load.d-ipvs /etc/modules ipvs.conf modprobe.d; do
 	lim=$(limit_of "$which")
 	for size in $((lim - 1)) "$lim"; do
 		label="$which"
@@ -149,7 +162,7 @@ for which in modules.dep modules.builtin modules.dep.bin /proc/modules modules-l
 done
 
 r=$(fresh all)
-for which in modules.dep modules.builtin modules.dep.bin /proc/modules modules-load.d /etc/modules ipvs.conf; do
+for which in modules.dep modules.builtin modules.dep.bin /proc/modules modules-load.d /etc/modules ipvs.conf modprobe.d; do
 	setfile "$r" "$which" "$(limit_of "$which")"
 done
 run "all at their limits" "-" "$r" --scheduler nosuch

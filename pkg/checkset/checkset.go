@@ -207,9 +207,9 @@ const dataplaneTableAge = 5 * time.Second
 // one-shot diagnose reads them once.
 func dataplaneChecker(cfg Config, s shared, table ipvs.Interface) (check.Checker, error) {
 	dc := ipvsdrift.Config{IPVS: table, ReadLink: kubeproxy.ReadLink, NodeName: cfg.NodeName, Settle: cfg.Settle, IPVSUse: s.use.Use,
-		ConnPath: ipvs.ProcConnPath}
+		Root: cfg.Root, ConnPath: ipvs.ProcConnPath}
 	if !cfg.Root.IsHost() {
-		dc.ConnPath = cfg.Root.Path("/proc/net/ip_vs_conn")
+		dc.ConnPath = "/proc/net/ip_vs_conn"
 	}
 	if c := cfg.Cluster; c != nil && c.Client != nil {
 		dc.Services = s.services.Services

@@ -182,3 +182,50 @@ func TestLstatReadlinkReadDir(t *testing.T) {
 		t.Errorf("ReadDir = %v, %v", ents, err)
 	}
 }
+
+func TestRemoveIfSame(t *testing.T) {
+	root, outside := tree(t)
+	r := New(root)
+	mustWrite(t, root+"/etc/own.conf", "own\n")
+	_, read, err := r.ReadFileStat("/etc/own.conf", testLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Replaced since it was read: kept.
+	mustWrite(t, root+"/etc/new.conf", "someone's\n")
+	if err := os.Rename(root+"/etc/new.conf", root+"/etc/own.conf"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RemoveIfSame("/etc/own.conf", read); !errors.Is(err, ErrChanged) {
+		t.Errorf("replaced file: %v, want ErrChanged", err)
+	}
+	// The name a link to the file read: neither the link nor the file goes.
+	_, read, err = r.ReadFileStat("/inside/secret", testLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustLink(t, "/inside/secret", root+"/etc/link.conf")
+	if err := r.RemoveIfSame("/etc/link.conf", read); !errors.Is(err, ErrChanged) {
+		t.Errorf("link: %v, want ErrChanged", err)
+	}
+	// The directory an absolute link out of the root: resolved inside it,
+	// so the host's file of that name stays.
+	mustWrite(t, root+outside+"/secret", "inside, at the host's path\n")
+	mustLink(t, outside, root+"/etc/d")
+	_, read, err = r.ReadFileStat("/etc/d/secret", testLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RemoveIfSame("/etc/d/secret", read); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(root + outside + "/secret"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the file inside the root is still there: %v", err)
+	}
+	if b, err := os.ReadFile(outside + "/secret"); err != nil || string(b) != "outside\n" {
+		t.Errorf("the host's file was touched: %q, %v", b, err)
+	}
+	if err := r.RemoveIfSame("/etc/d/secret", read); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("removed twice: %v, want ErrNotExist", err)
+	}
+}

@@ -252,3 +252,34 @@ func ValidKernelRelease(rel string) error {
 	}
 	return nil
 }
+
+// ErrChanged: the file at a path is no longer the one that was read (it
+// was replaced, or the name is a symbolic link), so it is not removed.
+var ErrChanged = errors.New("the file changed since it was read")
+
+// ReadFileStat reads the regular file at host path p like ReadFile and
+// returns, with its content, the file info of the very file read (fstat
+// of the descriptor): hand it to RemoveIfSame to remove that file and no
+// other.
+func (r Root) ReadFileStat(p string, lim Limit) ([]byte, os.FileInfo, error) {
+	f, err := r.Open(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading %s: %w", r.Path(p), err)
+	}
+	if fi.Size() > lim.Max {
+		return nil, nil, fmt.Errorf("reading %s: %d bytes is more than the %s: %w", r.Path(p), fi.Size(), lim, ErrTooLarge)
+	}
+	b, err := readAllSized(&limitedFile{f: f, path: r.Path(p), lim: lim, size: fi.Size()}, fi.Size())
+	if err != nil {
+		if errors.Is(err, ErrTooLarge) {
+			return nil, nil, fmt.Errorf("reading %w", err)
+		}
+		return nil, nil, fmt.Errorf("reading %s: %w", r.Path(p), err)
+	}
+	return b, fi, nil
+}

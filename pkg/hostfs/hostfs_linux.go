@@ -251,3 +251,43 @@ func (r Root) WriteFileAtomic(p string, data []byte, perm os.FileMode) (err erro
 	}
 	return nil
 }
+
+// RemoveIfSame removes the file at host path p when it is still the file
+// read (read: the file info ReadFileStat returned): its directory is opened
+// inside the root (links included, as every read), the entry there is
+// compared with read (same device and inode; a symbolic link is never the
+// file read) and unlinked through that directory's descriptor. Nothing
+// outside the root is ever removed: a link on the way resolves inside it,
+// and the name is removed, never what it points to. A missing file is
+// os.ErrNotExist; another file under the name wraps ErrChanged.
+func (r Root) RemoveIfSame(p string, read os.FileInfo) error {
+	wrap := func(err error) error { return &fs.PathError{Op: "remove", Path: r.Path(p), Err: err} }
+	host := filepath.Clean("/" + p)
+	if host == "/" {
+		return wrap(unix.EISDIR)
+	}
+	want, ok := read.Sys().(*syscall.Stat_t)
+	if !ok || want == nil {
+		return wrap(errors.New("no file identity to compare"))
+	}
+	dirfd, err := r.openat(filepath.Dir(host), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return wrap(err)
+	}
+	defer unix.Close(dirfd)
+	base := filepath.Base(host)
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return wrap(err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || uint64(st.Dev) != uint64(want.Dev) || uint64(st.Ino) != uint64(want.Ino) {
+		return wrap(ErrChanged)
+	}
+	if err := unix.Unlinkat(dirfd, base, 0); err != nil {
+		return wrap(err)
+	}
+	if err := unix.Fsync(dirfd); err != nil {
+		return wrap(fmt.Errorf("syncing directory: %w", err))
+	}
+	return nil
+}

@@ -108,3 +108,22 @@ func (r Root) WriteFileAtomic(p string, data []byte, perm os.FileMode) error {
 	}
 	return nil
 }
+
+// RemoveIfSame removes the file at host path p, inside the root, when it is
+// still the file read (os.SameFile); another file under the name wraps
+// ErrChanged.
+func (r Root) RemoveIfSame(p string, read os.FileInfo) error {
+	rt, err := r.osRoot()
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	fi, err := rt.Lstat(rel(p))
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() || !os.SameFile(fi, read) {
+		return fmt.Errorf("removing %s: %w", r.Path(p), ErrChanged)
+	}
+	return rt.Remove(rel(p))
+}

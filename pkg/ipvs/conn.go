@@ -9,8 +9,9 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"strconv"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 )
 
 // ProcConnPath is the IPVS connection table of the reading task's network
@@ -33,17 +34,41 @@ type ConnCounts map[ConnKey]int
 // IPv6 entry with a persistence engine's data, is under 200 bytes).
 const maxConnLine = 4 << 10
 
-// ReadConnCounts reads the IPVS connection table at path (ProcConnPath on
-// a node) and counts its entries per virtual and real server; it holds the
-// counts, never the file (a busy node has a million entries). A missing
-// file (ip_vs not loaded) is an error wrapping os.ErrNotExist.
-func ReadConnCounts(path string) (ConnCounts, error) {
-	f, err := os.Open(path)
+// ConnTableLimit bounds the connection table read: some 4 million entries
+// of the kernel's IPv4 lines, far past a busy node's million. It is read as
+// a stream, so the limit bounds reading time, not memory.
+var ConnTableLimit = hostfs.Limit{Kind: "the IPVS connection table", Max: 512 << 20}
+
+// MaxConnKeys bounds the distinct virtual and real server pairs counted:
+// memory grows with them, not with the entries (a million entries of a
+// real node go to at most as many pairs as the IPVS table has real servers,
+// plus the ones being drained). More is an error wrapping
+// ErrTooManyConnKeys.
+const MaxConnKeys = 1 << 16
+
+// ErrTooManyConnKeys: the connection entries counted go to more distinct
+// virtual and real server pairs than MaxConnKeys.
+var ErrTooManyConnKeys = errors.New("too many distinct connection destinations")
+
+// ReadConnCounts reads the IPVS connection table at host path p under root
+// (ProcConnPath on the host, "/proc/net/ip_vs_conn" under another root) and
+// counts its entries per virtual and real server, only those keep returns
+// true for (nil keeps all). It holds the counts, never the file: the file
+// is opened inside the root like every host file (a link out of it
+// resolves inside it, a named pipe or device is refused without blocking),
+// read as a stream up to ConnTableLimit. A missing file (ip_vs not loaded)
+// is an error wrapping os.ErrNotExist.
+func ReadConnCounts(root hostfs.Root, p string, keep func(ConnKey) bool) (ConnCounts, error) {
+	f, err := root.OpenLimited(p, ConnTableLimit)
 	if err != nil {
 		return nil, fmt.Errorf("reading the IPVS connection table: %w", err)
 	}
 	defer f.Close()
-	return ParseConnCounts(f)
+	c, err := ParseConnCounts(f, keep)
+	if err != nil {
+		return nil, fmt.Errorf("reading the IPVS connection table %s: %w", root.Path(p), err)
+	}
+	return c, nil
 }
 
 // ParseConnCounts parses the text of /proc/net/ip_vs_conn
@@ -53,11 +78,14 @@ func ReadConnCounts(path string) (ConnCounts, error) {
 //	UDP 0A000001 C350 0A600001 0035 0AF40001 0035 UDP         00:58
 //	TCP [fd00:0000:…:0001] C350 [fd00:…:000a] 0050 [fd00:…:0002] 1F90 ESTABLISHED 897
 //
-// IPv4 addresses are host-order hex as ntohl prints them; the Expires field
-// is not read. Entries of a protocol this package does not name (the
-// persistence templates IPVS lists as "IP") are skipped; a line it cannot
-// parse is an error naming the line.
-func ParseConnCounts(r io.Reader) (ConnCounts, error) {
+// and counts the entries keep returns true for (nil keeps all) per virtual
+// and real server, as it reads: memory grows with the distinct pairs
+// counted (at most MaxConnKeys, else an error wrapping ErrTooManyConnKeys),
+// never with the entries. IPv4 addresses are host-order hex as ntohl prints
+// them; the Expires field is not read. Entries of a protocol this package
+// does not name (the persistence templates IPVS lists as "IP") are skipped;
+// a line it cannot parse is an error naming the line.
+func ParseConnCounts(r io.Reader, keep func(ConnKey) bool) (ConnCounts, error) {
 	out := ConnCounts{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4<<10), maxConnLine)
@@ -78,9 +106,20 @@ func ParseConnCounts(r io.Reader) (ConnCounts, error) {
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %w", lineNo, err)
 		}
-		if ok {
-			out[k]++
+		if !ok {
+			continue
 		}
+		if n, seen := out[k]; seen {
+			out[k] = n + 1
+			continue
+		}
+		if keep != nil && !keep(k) {
+			continue
+		}
+		if len(out) >= MaxConnKeys {
+			return nil, fmt.Errorf("line %d: the entries counted go to more than %d distinct virtual and real server pairs: %w", lineNo, MaxConnKeys, ErrTooManyConnKeys)
+		}
+		out[k] = 1
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("line %d: %w", lineNo+1, err)

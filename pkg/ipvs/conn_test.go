@@ -49,7 +49,7 @@ func TestParseConnCounts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseConnCounts(strings.NewReader(tt.in))
+			got, err := ParseConnCounts(strings.NewReader(tt.in), nil)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
@@ -69,4 +69,26 @@ func TestParseConnCounts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzParseConnCounts: any connection table parses or fails cleanly, and
+// what a filter keeps is a subset of what parses without one.
+func FuzzParseConnCounts(f *testing.F) {
+	f.Add([]byte("Pro FromIP   FPrt ToIP     TPrt DestIP   DPrt State       Expires PEName PEData\nUDP 0A000001 C350 0A60000A 0035 0AF40002 0035 UDP         00:58\n"))
+	f.Add([]byte("Pro x\nTCP [fd00::1] C350 [fd00::a] 0050 [fd00::2] 1F90 ESTABLISHED 897\nIP  0A000001 0000 0A60000A 0035 0AF40002 0035 NONE 06:00\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		all, err := ParseConnCounts(strings.NewReader(string(b)), nil)
+		if err != nil {
+			return
+		}
+		some, err := ParseConnCounts(strings.NewReader(string(b)), func(k ConnKey) bool { return k.Real.Port()%2 == 0 })
+		if err != nil {
+			t.Fatalf("parses without a filter, not with one: %v", err)
+		}
+		for k, n := range some {
+			if all[k] != n || k.Real.Port()%2 != 0 {
+				t.Fatalf("%v: %d with the filter, %d without", k, n, all[k])
+			}
+		}
+	})
 }

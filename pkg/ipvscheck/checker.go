@@ -348,6 +348,9 @@ func onlyFamilies(exp []Expected, t ipvs.Table) []Expected {
 // up for IPVS (kube-proxy reports ipvs mode, or kube-ipvs0 exists, which
 // only kube-proxy's IPVS mode creates); otherwise there is simply no table to
 // look at, and the modules check reports the module.
+// noTable says why there is no IPVS table, the same whatever found it.
+const noTable = "ip_vs is not loaded (or the kernel has no IPVS netlink family)"
+
 func (c *Checker) moduleNotLoaded(ctx context.Context, cause error) (check.Result, error) {
 	mode, modeKnown := c.proxyMode(ctx)
 	link, err := c.cfg.ReadLink(kubeproxy.DummyInterface)
@@ -357,8 +360,13 @@ func (c *Checker) moduleNotLoaded(ctx context.Context, cause error) (check.Resul
 	if modeKnown && mode != kubeproxy.ModeIPVS {
 		return check.Skipped(c.Name(), ReasonNotIPVSMode, fmt.Sprintf("ip_vs is not loaded and kube-proxy runs in %s mode: no IPVS table to inspect", mode)), nil
 	}
+	// One wording for every way the table is absent (ip_vs not listed, or
+	// listed with no IPVS netlink family registered): the cause's own text
+	// varies with how it was found, and a message that changes with nothing
+	// changed on the node is a Node write on every resync.
+	klog.FromContext(ctx).V(2).Info("No IPVS table", "check", check.NameIPVS, "cause", cause)
 	if !modeKnown && !link.Exists {
-		return check.Skipped(c.Name(), ReasonModuleNotLoaded, fmt.Sprintf("%v: no IPVS table to inspect (kube-proxy is not reachable and kube-ipvs0 does not exist; the modules check reports the module)", cause)), nil
+		return check.Skipped(c.Name(), ReasonModuleNotLoaded, noTable+": no IPVS table to inspect (kube-proxy is not reachable and kube-ipvs0 does not exist; the modules check reports the module)"), nil
 	}
 	why := "kube-proxy runs in IPVS mode"
 	if !modeKnown {
@@ -368,7 +376,7 @@ func (c *Checker) moduleNotLoaded(ctx context.Context, cause error) (check.Resul
 		Name:        c.Name(),
 		Status:      check.StatusProblem,
 		Reason:      ReasonModuleNotLoaded,
-		Message:     fmt.Sprintf("%v, so there is no IPVS table, but %s: no Service VIP is balanced on this node (see the modules check)", cause, why),
+		Message:     fmt.Sprintf("%s, so there is no IPVS table, but %s: no Service VIP is balanced on this node (see the modules check)", noTable, why),
 		Remediation: check.Steps("load and persist the IPVS modules (ipvs-guard diagnose --fix, or the modules check's remediation), then restart kube-proxy on this node"),
 	}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -250,7 +251,7 @@ func TestChecker(t *testing.T) {
 		{name: "healthy", table: fixtureTable(), cluster: fakeCluster{svcs: svcs, eps: eps}, sched: "lc", wantStatus: check.StatusOK, wantReason: ReasonOK},
 		{name: "no kubeconfig, schedulers fine", table: fixtureTable(), sched: "lc", wantStatus: check.StatusSkipped, wantReason: ReasonNoKubeconfig, wantInMsg: "use the configured scheduler lc"},
 		{name: "no kubeconfig, scheduler mismatch", table: fixtureTable(), sched: "rr", wantStatus: check.StatusProblem, wantReason: ReasonSchedulerMismatch, wantInMsg: "10.96.0.1:443/TCP: scheduler lc, configured rr"},
-		{name: "module not loaded with kube-ipvs0 present", err: ipvs.ErrModuleNotLoaded, sched: "lc", wantStatus: check.StatusProblem, wantReason: ReasonModuleNotLoaded, wantInMsg: "ip_vs kernel module not loaded"},
+		{name: "module not loaded with kube-ipvs0 present", err: ipvs.ErrModuleNotLoaded, sched: "lc", wantStatus: check.StatusProblem, wantReason: ReasonModuleNotLoaded, wantInMsg: "ip_vs is not loaded (or the kernel has no IPVS netlink family), so there is no IPVS table"},
 		{name: "API down: node-local comparison only", table: fixtureTable(), cluster: fakeCluster{err: errors.New("connection refused")}, sched: "lc",
 			wantStatus: check.StatusSkipped, wantReason: ReasonServicesUnreadable, wantInMsg: "connection refused"},
 		{name: "missing LB VIP", table: fixtureTable()[1:], cluster: fakeCluster{svcs: svcs, eps: eps}, sched: "lc", wantStatus: check.StatusProblem, wantReason: ReasonVirtualServerMissing,
@@ -421,4 +422,30 @@ func TestEndpointSlicesReadOnlyForEmptyVirtualServers(t *testing.T) {
 	}
 	clk.SetTime(clk.Now().Add(30 * time.Second))
 	run(ReasonNoRealServers)
+}
+
+// TestModuleNotLoadedWordedOnce: ip_vs not listed, or listed with no IPVS
+// netlink family (a kernel without it), is one message, whichever the
+// handle found on a run, so an unchanged node is never written again.
+func TestModuleNotLoadedWordedOnce(t *testing.T) {
+	noLink := func(name string) (kubeproxy.Link, error) { return kubeproxy.Link{Name: name}, nil }
+	for _, link := range []kubeproxy.LinkReader{noLink, fixtureLink} {
+		var msgs []string
+		for _, cause := range []error{ipvs.ErrModuleNotLoaded, fmt.Errorf("%w: the IPVS netlink family is not registered", ipvs.ErrModuleNotLoaded)} {
+			f := ipvstest.NewFake(nil)
+			f.InjectError(cause)
+			c, err := NewChecker(Config{IPVS: f, ReadLink: link, Distro: distro.Kubeadm})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := c.Run(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			msgs = append(msgs, string(res.Status)+" "+res.Reason+" "+res.Message)
+		}
+		if msgs[0] != msgs[1] {
+			t.Errorf("two wordings of one state:\n  %s\n  %s", msgs[0], msgs[1])
+		}
+	}
 }

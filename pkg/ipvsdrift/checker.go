@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 )
@@ -60,8 +61,10 @@ type Config struct {
 	Services func(ctx context.Context) ([]*corev1.Service, error)
 	// Endpoints reads EndpointSlices; nil judges no real server.
 	Endpoints Endpoints
-	// ConnPath is the IPVS connection table (ipvs.ProcConnPath); "" judges
-	// no connection.
+	// Root is the host's filesystem ConnPath is read in.
+	Root hostfs.Root
+	// ConnPath is the IPVS connection table, a host path under Root
+	// (ipvs.ProcConnPath on the host); "" judges no connection.
 	ConnPath string
 	// NodeName is this node's name.
 	NodeName string
@@ -177,7 +180,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		}
 	}
 	if c.cfg.ConnPath != "" && in.Endpoints != nil {
-		if in.Conns, err = ipvs.ReadConnCounts(c.cfg.ConnPath); err != nil {
+		if in.Conns, err = ipvs.ReadConnCounts(c.cfg.Root, c.cfg.ConnPath, GoneBackendFilter(in)); err != nil {
 			logger.Info("Cannot read the IPVS connection table; connections are not judged", "err", err)
 		}
 	}

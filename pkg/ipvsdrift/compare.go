@@ -426,3 +426,50 @@ func sortFindings(fs []Finding) {
 		)
 	})
 }
+
+// GoneBackendFilter returns the connection entries worth counting for in:
+// those of a virtual server of a Service whose endpoints were read, going
+// to a real server that is no endpoint of it any more (what goneBackends
+// reports). Counting only those keeps the connection table's counts as
+// small as the gone backends, whatever the number of entries. Each
+// Service port's endpoints are indexed on first use.
+func GoneBackendFilter(in Input) func(ipvs.ConnKey) bool {
+	byKey := make(map[ipvs.Key]svcPort, len(in.Table))
+	nodePorts := map[protoPort]svcPort{}
+	vips, foreignVIPs := map[netip.Addr]bool{}, map[netip.Addr]bool{}
+	for _, s := range in.Services {
+		addVirtualServers(s, byKey, nodePorts, vips, foreignVIPs)
+	}
+	onLink := make(map[netip.Addr]bool, len(in.LinkAddrs))
+	for _, a := range in.LinkAddrs {
+		onLink[a.Unmap()] = true
+	}
+	owned := make(map[ipvs.Key]svcPort, len(in.Table))
+	for _, e := range in.Table {
+		k := e.Virtual.Key()
+		sp, ok := byKey[k]
+		if !ok && k.FWMark == 0 && !onLink[k.Address] {
+			sp, ok = nodePorts[protoPort{k.Protocol, k.Port}]
+		}
+		if ok {
+			owned[k] = sp
+		}
+	}
+	endpoints := map[ipvs.Key]map[netip.AddrPort]bool{}
+	return func(ck ipvs.ConnKey) bool {
+		sp, ok := owned[ck.Virtual]
+		if !ok {
+			return false
+		}
+		sl, read := in.Endpoints[sp.service]
+		if !read {
+			return false
+		}
+		set, ok := endpoints[ck.Virtual]
+		if !ok {
+			set = endpointSet(sl, sp.name, sp.proto)
+			endpoints[ck.Virtual] = set
+		}
+		return !set[netip.AddrPortFrom(ck.Real.Addr().Unmap(), ck.Real.Port())]
+	}
+}

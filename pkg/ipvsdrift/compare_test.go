@@ -3,6 +3,7 @@
 package ipvsdrift
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -209,6 +210,23 @@ func TestCompare(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.in.Conns != nil {
+				// Counting only what GoneBackendFilter keeps finds the same.
+				keep, kept := GoneBackendFilter(tt.in), ipvs.ConnCounts{}
+				for k, n := range tt.in.Conns {
+					if keep(k) {
+						kept[k] = n
+					}
+				}
+				all := Compare(tt.in)
+				tt.in.Conns = kept
+				if got := Compare(tt.in); fmt.Sprint(got) != fmt.Sprint(all) {
+					t.Errorf("with the filter\n  %v\nwithout\n  %v", got, all)
+				}
+				if len(kept) != 1 {
+					t.Errorf("kept %v, want the gone backend only", kept)
+				}
+			}
 			got := Compare(tt.in)
 			var lines []string
 			for _, f := range got {

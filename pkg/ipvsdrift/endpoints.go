@@ -193,3 +193,20 @@ func isEndpoint(sl []Slice, name string, proto corev1.Protocol, ap netip.AddrPor
 	}
 	return false
 }
+
+// endpointSet is every endpoint of the Service port (name, proto), ready
+// or not, as isEndpoint sees them.
+func endpointSet(sl []Slice, name string, proto corev1.Protocol) map[netip.AddrPort]bool {
+	set := map[netip.AddrPort]bool{}
+	for _, s := range sl {
+		for _, p := range s.Ports {
+			if p.Name != name || p.Protocol != proto {
+				continue
+			}
+			for _, e := range s.Endpoints {
+				set[netip.AddrPortFrom(e.Addr, p.Port)] = true
+			}
+		}
+	}
+	return set
+}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sort"
 	"strings"
 	"time"
@@ -48,6 +49,9 @@ type CheckerConfig struct {
 	Distro distro.Distro
 	// Now is the clock sync freshness is judged by (nil: time.Now).
 	Now func() time.Time
+	// IsLocalAddr reports whether an address is one of this node's, where
+	// kube-proxy's health may be read (nil: the node's interfaces).
+	IsLocalAddr func(netip.Addr) bool
 }
 
 // Checker is the kube-proxy check. Besides the mode, it judges kube-proxy's

@@ -30,12 +30,12 @@ const DefaultTimeout = 2 * time.Second
 var ErrUnreachable = errors.New("kube-proxy metrics port refuses connections")
 
 // Limits of kube-proxy's answers, far above real ones (/proxyMode is one
-// word, /configz a few KiB, /metrics a few hundred KiB): a larger answer is
+// word, /configz a few KiB, /metrics a few hundred KiB; 4 MiB for it): a larger answer is
 // an error, never read whole.
 const (
 	maxProxyModeBody = 1 << 10
 	maxConfigzBody   = 1 << 20
-	maxMetricsBody   = 16 << 20
+	maxMetricsBody   = 4 << 20
 	maxHealthBody    = 64 << 10
 )
 
@@ -207,7 +207,9 @@ func (c *Client) ProxyMode(ctx context.Context) (string, error) {
 	if mode == "" || strings.ContainsAny(mode, " \t\n<>{") {
 		return "", fmt.Errorf("GET /proxyMode: unexpected body %q", firstLine(b))
 	}
-	return mode, nil
+	// kube-proxy answers its mode in lower case; "IPVS" is the same mode,
+	// and every message compares and prints it in one case.
+	return strings.ToLower(mode), nil
 }
 
 // Configz returns kube-proxy's effective configuration (GET /configz).
@@ -228,7 +230,7 @@ func (c *Client) Version(ctx context.Context) (Version, error) {
 	return ParseBuildInfo(bytes.NewReader(b))
 }
 
-// Metrics returns the body of kube-proxy's /metrics (at most 16 MiB).
+// Metrics returns the body of kube-proxy's /metrics (at most 4 MiB).
 func (c *Client) Metrics(ctx context.Context) ([]byte, error) {
 	return c.get(ctx, "/metrics", maxMetricsBody)
 }

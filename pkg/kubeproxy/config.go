@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"sigs.k8s.io/yaml"
 )
@@ -54,6 +55,11 @@ type Config struct {
 	// NFTables is the nftables section: nftables mode reads syncPeriod,
 	// minSyncPeriod and masqueradeAll from it, and from nowhere else.
 	NFTables ModeConfig `json:"nftables"`
+
+	// InvalidSyncPeriod names a sync period /configz gave that is not a
+	// duration ("ipvs.syncPeriod 30"), for HealthTimeoutNote; set by
+	// ParseConfigz, never decoded.
+	InvalidSyncPeriod string `json:"-"`
 }
 
 // ModeConfig is what kube-proxy reads from the section of the mode it runs
@@ -93,12 +99,13 @@ type IPVSConfig struct {
 }
 
 // EffectiveMode returns the mode kube-proxy runs in when configured with
-// c.Mode (empty means iptables on Linux).
+// c.Mode (empty means iptables on Linux), in lower case: kube-proxy takes
+// the mode case-insensitively ("IPVS" is ipvs), and says it in lower case.
 func (c Config) EffectiveMode() string {
-	if c.Mode == "" {
-		return ModeIPTables
+	if m := strings.ToLower(strings.TrimSpace(c.Mode)); m != "" {
+		return m
 	}
-	return c.Mode
+	return ModeIPTables
 }
 
 // EffectiveScheduler returns the scheduler kube-proxy's IPVS proxier uses.
@@ -125,6 +132,28 @@ func ParseConfigz(b []byte) (Config, error) {
 	var c Config
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return Config{}, fmt.Errorf("parsing /configz %s: %w", GroupName, err)
+	}
+	// Name a sync period that is there but not a duration (a number where
+	// kube-proxy writes "30s"): the health timeout then falls back to the
+	// default and says why.
+	var periods struct {
+		SyncPeriod json.RawMessage `json:"syncPeriod"`
+		IPVS       struct {
+			SyncPeriod json.RawMessage `json:"syncPeriod"`
+		} `json:"ipvs"`
+	}
+	if json.Unmarshal(raw, &periods) == nil {
+		for _, p := range []struct {
+			name string
+			raw  json.RawMessage
+		}{{"ipvs.syncPeriod", periods.IPVS.SyncPeriod}, {"syncPeriod", periods.SyncPeriod}} {
+			if len(p.raw) > 0 && string(p.raw) != "null" {
+				if _, ok := parseDuration(p.raw); !ok {
+					c.InvalidSyncPeriod = p.name + " " + truncateForNote(string(p.raw))
+					break
+				}
+			}
+		}
 	}
 	return c, nil
 }

@@ -3,9 +3,13 @@
 package kubeproxy
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,9 +133,10 @@ func FuzzParseConfigz(f *testing.F) {
 	})
 }
 
-// TestIPVSTimeouts: the IPVS timeouts decode from the v1alpha1 strings and
-// from the internal struct's nanoseconds; anything else is zero, never an
-// error that would lose the mode and scheduler.
+// TestIPVSTimeouts: the IPVS timeouts decode from metav1.Duration's
+// strings (v1alpha1 and the internal struct alike); anything else, a bare
+// number included, is zero, never an error that would lose the mode and
+// scheduler.
 func TestIPVSTimeouts(t *testing.T) {
 	tests := []struct {
 		name string
@@ -139,7 +144,8 @@ func TestIPVSTimeouts(t *testing.T) {
 		want [3]time.Duration // tcp, tcpFin, udp
 	}{
 		{name: "v1alpha1 strings", body: `{"kubeproxy.config.k8s.io":{"mode":"ipvs","ipvs":{"tcpTimeout":"900s","tcpFinTimeout":"2m","udpTimeout":"0s"}}}`, want: [3]time.Duration{900 * time.Second, 2 * time.Minute, 0}},
-		{name: "internal nanoseconds", body: `{"kubeproxy.config.k8s.io":{"Mode":"ipvs","IPVS":{"TCPTimeout":30000000000,"UDPTimeout":5000000000}}}`, want: [3]time.Duration{30 * time.Second, 0, 5 * time.Second}},
+		{name: "internal struct strings", body: `{"kubeproxy.config.k8s.io":{"Mode":"ipvs","IPVS":{"TCPTimeout":"30s","UDPTimeout":"5s"}}}`, want: [3]time.Duration{30 * time.Second, 0, 5 * time.Second}},
+		{name: "bare numbers are not kube-proxy's", body: `{"kubeproxy.config.k8s.io":{"Mode":"ipvs","IPVS":{"TCPTimeout":30000000000,"UDPTimeout":5}}}`},
 		{name: "garbage is zero", body: `{"kubeproxy.config.k8s.io":{"mode":"ipvs","ipvs":{"scheduler":"lc","tcpTimeout":"soon","udpTimeout":{"a":1},"tcpFinTimeout":true}}}`},
 		{name: "absent", body: `{"kubeproxy.config.k8s.io":{"mode":"ipvs"}}`},
 	}
@@ -157,5 +163,32 @@ func TestIPVSTimeouts(t *testing.T) {
 				t.Errorf("mode %q", c.EffectiveMode())
 			}
 		})
+	}
+}
+
+// TestModeCase: "IPVS" from /proxyMode or /configz is the ipvs mode, so no
+// message says kube-proxy runs IPVS but not ipvs.
+func TestModeCase(t *testing.T) {
+	kp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/proxyMode":
+			w.Write([]byte("IPVS\n"))
+		case "/configz":
+			w.Write([]byte(`{"kubeproxy.config.k8s.io":{"mode":"IPVS"}}`))
+		}
+	}))
+	defer kp.Close()
+	c := NewClient(strings.TrimPrefix(kp.URL, "http://"), 0)
+	ctx := context.Background()
+	mode, err := c.ProxyMode(ctx)
+	if err != nil || mode != ModeIPVS {
+		t.Errorf("ProxyMode = %q, %v; want %q", mode, err, ModeIPVS)
+	}
+	cfg, err := c.Configz(ctx)
+	if err != nil || cfg.EffectiveMode() != ModeIPVS {
+		t.Errorf("EffectiveMode = %q, %v; want %q", cfg.EffectiveMode(), err, ModeIPVS)
+	}
+	if u := DecideIPVSUse(c.Address(), mode, nil, cfg.EffectiveMode(), nil); !u.Applies || u.Assumed {
+		t.Errorf("DecideIPVSUse = %+v", u)
 	}
 }

@@ -52,6 +52,10 @@ type SyncFinding struct {
 	JudgedBy string `json:"judgedBy,omitempty"`
 	// Error is why the sync metrics could not be read.
 	Error string `json:"error,omitempty"`
+	// Note says what of kube-proxy's configuration was not taken as given
+	// (a sync period that is not a duration, a healthz address that is no
+	// address of this node) and what was used instead.
+	Note string `json:"note,omitempty"`
 }
 
 // String renders the finding as one line.
@@ -75,6 +79,9 @@ func (f SyncFinding) String() string {
 		fmt.Fprintf(&b, " (%g Service, %g endpoint changes pending)", f.ServiceChangesPending, f.EndpointChangesPending)
 	}
 	fmt.Fprintf(&b, "; health timeout %s, healthz %s", roundDur(f.HealthTimeoutSeconds), f.Health)
+	if f.Note != "" {
+		fmt.Fprintf(&b, " (%s)", f.Note)
+	}
 	if f.Stale {
 		fmt.Fprintf(&b, ": STALE (by %s)", f.JudgedBy)
 	}
@@ -170,17 +177,26 @@ func (c *Checker) syncResult(ctx context.Context, cfg Config, cfgErr error, body
 	now := c.now()
 	timeout := DefaultSyncPeriod * 2
 	addr := Config{}.HealthzAddress()
+	var notes []string
 	if cfgErr == nil {
-		timeout, addr = cfg.HealthTimeout(), cfg.HealthzAddress()
+		var addrNote string
+		timeout = cfg.HealthTimeout()
+		addr, addrNote = cfg.HealthzTarget(c.cfg.IsLocalAddr)
+		for _, n := range []string{cfg.HealthTimeoutNote(), addrNote} {
+			if n != "" {
+				notes = append(notes, n)
+			}
+		}
 	}
+	note := strings.Join(notes, "; ")
 	var m SyncMetrics
 	if err == nil {
-		m, err = ParseSyncMetrics(bytes.NewReader(body))
+		m, err = ParseSyncMetricsContext(ctx, bytes.NewReader(body))
 	}
 	if err != nil {
 		logger.V(2).Info("kube-proxy sync metrics unavailable", "err", err)
 		c.fresh.forget()
-		return []check.Finding{SyncFinding{Error: err.Error(), HealthTimeoutSeconds: timeout.Seconds()}}, ""
+		return []check.Finding{SyncFinding{Error: err.Error(), HealthTimeoutSeconds: timeout.Seconds(), Note: note}}, ""
 	}
 	health, hErr := c.health(ctx, addr)
 	hs := "healthy"
@@ -197,7 +213,7 @@ func (c *Checker) syncResult(ctx context.Context, cfg Config, cfgErr error, body
 	for _, v := range verdicts {
 		f := SyncFinding{IPFamily: v.Family, LastSync: timePtr(v.Sync.LastSync), LastQueued: timePtr(v.Sync.LastQueued),
 			NotSyncedSeconds: v.NotSynced.Seconds(), Pending: v.Sync.Pending(), ServiceChangesPending: m.ServiceChangesPending,
-			EndpointChangesPending: m.EndpointChangesPending, HealthTimeoutSeconds: timeout.Seconds(), Health: hs, Stale: v.Stale}
+			EndpointChangesPending: m.EndpointChangesPending, HealthTimeoutSeconds: timeout.Seconds(), Health: hs, Stale: v.Stale, Note: note}
 		if ph, ok := healthOf(health, v.Family); ok {
 			f.Health = map[bool]string{true: "healthy", false: "unhealthy"}[ph.Healthy]
 		}

@@ -3,12 +3,14 @@
 package kubeproxy
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net"
+	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,30 +37,36 @@ const (
 	metricEndpointPend   = "kubeproxy_sync_proxy_rules_endpoint_changes_pending"
 )
 
-// Duration is a kube-proxy configuration duration as /configz serves it
-// ("30s", metav1.Duration's JSON). A number is taken as nanoseconds; any
-// other value decodes as zero (unknown) rather than failing the whole
-// configuration.
+// Duration is a kube-proxy configuration duration as /configz serves it:
+// metav1.Duration's JSON, a string such as "30s", in the v1alpha1 and in the
+// internal struct alike (testdata/configz-1.30-internal.json). Anything else
+// — a bare number such as 30 (seconds? nanoseconds?), a string that is no
+// duration, a negative one — is not kube-proxy's and decodes as zero
+// (unknown) rather than failing the whole configuration; a reader that
+// depends on it says so (Config.HealthTimeoutNote).
 type Duration time.Duration
 
 // UnmarshalJSON implements json.Unmarshaler.
 func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err == nil {
-		v, err := time.ParseDuration(s)
-		if err != nil || v < 0 {
-			v = 0
-		}
-		*d = Duration(v)
-		return nil
-	}
-	var n float64
-	if err := json.Unmarshal(b, &n); err == nil && n > 0 && n < math.MaxInt64 {
-		*d = Duration(time.Duration(n))
-		return nil
-	}
 	*d = 0
+	if v, ok := parseDuration(b); ok {
+		*d = Duration(v)
+	}
 	return nil
+}
+
+// parseDuration decodes a metav1.Duration string; ok is false for anything
+// else (a number, a string that is no duration, a negative one).
+func parseDuration(b []byte) (time.Duration, bool) {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return 0, false
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil || v < 0 {
+		return 0, false
+	}
+	return v, true
 }
 
 // HealthTimeout returns how old a queued, unsynced update may get before
@@ -66,7 +74,8 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 // (cmd/kube-proxy/app/server.go: NewProxyHealthServer(…, 2*config.SyncPeriod)).
 // In IPVS mode the sync period is ipvs.syncPeriod (v1alpha1, served from
 // Kubernetes 1.36), else the internal struct's top-level SyncPeriod (up to
-// 1.35), else kube-proxy's default of 30s.
+// 1.35), else kube-proxy's default of 30s (also when /configz gives one
+// that is not a duration: see HealthTimeoutNote).
 func (c Config) HealthTimeout() time.Duration {
 	p := time.Duration(c.IPVS.SyncPeriod)
 	if p <= 0 {
@@ -78,18 +87,29 @@ func (c Config) HealthTimeout() time.Duration {
 	return 2 * p
 }
 
+// HealthTimeoutNote says why HealthTimeout is kube-proxy's default when
+// /configz gave a sync period that is not a duration (e.g. the number 30
+// where kube-proxy writes "30s"); "" otherwise.
+func (c Config) HealthTimeoutNote() string {
+	if c.IPVS.SyncPeriod > 0 || c.SyncPeriod > 0 || c.InvalidSyncPeriod == "" {
+		return ""
+	}
+	return fmt.Sprintf("/configz gives %s, not a duration such as \"30s\": kube-proxy's default sync period of %s is assumed", c.InvalidSyncPeriod, DefaultSyncPeriod)
+}
+
 // HealthzAddress returns where to reach kube-proxy's /healthz and /livez:
 // its healthzBindAddress with kube-proxy's default port 10256 when it names
 // none, an unspecified host (0.0.0.0, ::) read as the loopback address of
 // its family. Empty means kube-proxy's default, 0.0.0.0:10256. A CIDR (a
 // "bind to the node's addresses in this range" form) reads the loopback too.
+// The host is not checked: HealthzTarget keeps it on the node.
 func (c Config) HealthzAddress() string {
 	a := strings.TrimSpace(c.HealthzBindAddress)
 	host, port, err := net.SplitHostPort(a)
 	if err != nil {
 		host, port = strings.Trim(a, "[]"), strconv.Itoa(DefaultHealthzPort)
 	}
-	if port == "" || port == "0" {
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 		port = strconv.Itoa(DefaultHealthzPort)
 	}
 	if i := strings.IndexByte(host, '/'); i >= 0 {
@@ -103,6 +123,47 @@ func (c Config) HealthzAddress() string {
 		host = "::1"
 	}
 	return net.JoinHostPort(host, port)
+}
+
+// HealthzTarget is HealthzAddress kept on this node: kube-proxy serves its
+// health on one of the node's own addresses, so a healthzBindAddress naming
+// anything else — another host, a name, an address on no local interface
+// (isLocal says which are) — is not where kube-proxy answers, and the
+// loopback on the same port is read instead; note says so ("" when the
+// address is the node's own). A nil isLocal asks the node's interfaces.
+func (c Config) HealthzTarget(isLocal func(netip.Addr) bool) (addr, note string) {
+	addr = c.HealthzAddress()
+	host, port, _ := net.SplitHostPort(addr)
+	ip, err := netip.ParseAddr(host)
+	if err == nil && ip.Zone() == "" && (ip.IsLoopback() || (isLocal != nil && isLocal(ip.Unmap())) || (isLocal == nil && localAddr(ip.Unmap()))) {
+		return addr, ""
+	}
+	lo := net.JoinHostPort("127.0.0.1", port)
+	return lo, fmt.Sprintf("healthzBindAddress %q is no address of this node: its health is read on %s", truncateForNote(c.HealthzBindAddress), lo)
+}
+
+// localAddr reports whether a is an address of one of this node's
+// interfaces (the agent runs in the host's network namespace).
+func localAddr(a netip.Addr) bool {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, ia := range addrs {
+		if n, ok := ia.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == a {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func truncateForNote(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }
 
 // FamilySync is what kube-proxy's /metrics says about one IP family's proxier.
@@ -130,9 +191,15 @@ type SyncMetrics struct {
 var ErrNoSyncMetrics = errors.New("no " + metricLastSync + " metric")
 
 // ParseSyncMetrics reads kube-proxy's sync metrics from its /metrics body
-// (Prometheus text exposition; the caller bounds its size).
+// (Prometheus text exposition; the caller bounds its size): only the
+// SyncFamilies are parsed (see ReadFamilies).
 func ParseSyncMetrics(r io.Reader) (SyncMetrics, error) {
-	mfs, err := parseText(r)
+	return ParseSyncMetricsContext(context.Background(), r)
+}
+
+// ParseSyncMetricsContext is ParseSyncMetrics, stopping when ctx ends.
+func ParseSyncMetricsContext(ctx context.Context, r io.Reader) (SyncMetrics, error) {
+	mfs, err := ReadFamilies(ctx, r, SyncFamilies)
 	if err != nil {
 		return SyncMetrics{}, fmt.Errorf("parsing kube-proxy metrics: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -65,13 +66,19 @@ func TestHealthTimeoutAndAddress(t *testing.T) {
 		configz     string
 		wantTimeout time.Duration
 		wantAddr    string
+		wantNote    string
 	}{
 		{name: "1.37 v1alpha1, defaults", configz: mustRead(t, "testdata/configz-ipvs-lc.json"), wantTimeout: time.Minute, wantAddr: "127.0.0.1:10256"},
 		{name: "1.30 internal struct", configz: mustRead(t, "testdata/configz-1.30-internal.json"), wantTimeout: time.Minute, wantAddr: "127.0.0.1:10256"},
 		{name: "RKE2: loopback, sync period 10s", configz: `{"kubeproxy.config.k8s.io":{"mode":"ipvs","healthzBindAddress":"127.0.0.1:10256","ipvs":{"syncPeriod":"10s"}}}`, wantTimeout: 20 * time.Second, wantAddr: "127.0.0.1:10256"},
 		{name: "internal top-level sync period, IPv6 any, no port", configz: `{"kubeproxy.config.k8s.io":{"Mode":"ipvs","HealthzBindAddress":"::","SyncPeriod":"45s"}}`, wantTimeout: 90 * time.Second, wantAddr: "[::1]:10256"},
 		{name: "node IP and port", configz: `{"kubeproxy.config.k8s.io":{"mode":"ipvs","healthzBindAddress":"192.0.2.7:12345"}}`, wantTimeout: time.Minute, wantAddr: "192.0.2.7:12345"},
-		{name: "bad duration is the default", configz: `{"kubeproxy.config.k8s.io":{"mode":"ipvs","ipvs":{"syncPeriod":"soon"}}}`, wantTimeout: time.Minute, wantAddr: "127.0.0.1:10256"},
+		{name: "bad duration is the default", configz: `{"kubeproxy.config.k8s.io":{"mode":"ipvs","ipvs":{"syncPeriod":"soon"}}}`, wantTimeout: time.Minute, wantAddr: "127.0.0.1:10256",
+			wantNote: `/configz gives ipvs.syncPeriod "soon", not a duration such as "30s": kube-proxy's default sync period of 30s is assumed`},
+		{name: "a bare number is not seconds, nor nanoseconds: the default, said", configz: `{"kubeproxy.config.k8s.io":{"mode":"ipvs","ipvs":{"syncPeriod":30}}}`, wantTimeout: time.Minute, wantAddr: "127.0.0.1:10256",
+			wantNote: `/configz gives ipvs.syncPeriod 30, not a duration such as "30s": kube-proxy's default sync period of 30s is assumed`},
+		{name: "a bare top-level number beside a good ipvs one: no note", configz: `{"kubeproxy.config.k8s.io":{"Mode":"ipvs","SyncPeriod":30,"IPVS":{"SyncPeriod":"10s"}}}`, wantTimeout: 20 * time.Second, wantAddr: "127.0.0.1:10256"},
+		{name: "port out of range", configz: `{"kubeproxy.config.k8s.io":{"mode":"ipvs","healthzBindAddress":"127.0.0.1:99999"}}`, wantTimeout: time.Minute, wantAddr: "127.0.0.1:10256"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -85,7 +92,42 @@ func TestHealthTimeoutAndAddress(t *testing.T) {
 			if got := c.HealthzAddress(); got != tc.wantAddr {
 				t.Errorf("HealthzAddress = %s, want %s", got, tc.wantAddr)
 			}
+			if got := c.HealthTimeoutNote(); got != tc.wantNote {
+				t.Errorf("HealthTimeoutNote = %q, want %q", got, tc.wantNote)
+			}
 		})
+	}
+}
+
+// TestHealthzTarget: kube-proxy's health is read on this node only: a
+// healthzBindAddress naming another host, a name or an address on no local
+// interface reads the loopback, and says so.
+func TestHealthzTarget(t *testing.T) {
+	local := func(a netip.Addr) bool {
+		return a == netip.MustParseAddr("192.0.2.7") || a == netip.MustParseAddr("2001:db8::7")
+	}
+	tests := []struct {
+		bind, want string
+		note       bool
+	}{
+		{bind: "", want: "127.0.0.1:10256"},
+		{bind: "0.0.0.0:10256", want: "127.0.0.1:10256"},
+		{bind: "127.0.0.2:10256", want: "127.0.0.2:10256"},
+		{bind: "[::1]:10256", want: "[::1]:10256"},
+		{bind: "192.0.2.7:12345", want: "192.0.2.7:12345"},
+		{bind: "[2001:db8::7]:12345", want: "[2001:db8::7]:12345"},
+		{bind: "[::ffff:192.0.2.7]:12345", want: "[::ffff:192.0.2.7]:12345"},
+		{bind: "192.0.2.7/24", want: "192.0.2.7:10256"},
+		{bind: "203.0.113.9:10256", want: "127.0.0.1:10256", note: true},
+		{bind: "169.254.169.254:80", want: "127.0.0.1:80", note: true},
+		{bind: "metadata.example:10256", want: "127.0.0.1:10256", note: true},
+		{bind: "[fe80::1%eth0]:10256", want: "127.0.0.1:10256", note: true},
+	}
+	for _, tt := range tests {
+		got, note := Config{HealthzBindAddress: tt.bind}.HealthzTarget(local)
+		if got != tt.want || (note != "") != tt.note {
+			t.Errorf("HealthzTarget(%q) = %s, %q; want %s, note %v", tt.bind, got, note, tt.want, tt.note)
+		}
 	}
 }
 

@@ -72,6 +72,8 @@ type Config struct {
 // Checker is the modules check (check name "modules").
 type Checker struct {
 	cfg Config
+	// modprobe keeps the parsed modprobe.d files between runs.
+	modprobe ModprobeCache
 }
 
 var _ check.Checker = (*Checker)(nil)
@@ -120,7 +122,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	if err := ValidateScheduler(sched); err != nil {
 		return check.Result{}, fmt.Errorf("the configured scheduler: %w", err)
 	}
-	obs, err := observeWith(c.cfg.Root, sched, ix)
+	obs, err := observeWith(c.cfg.Root, sched, ix, &c.modprobe)
 	if err != nil {
 		return check.Result{}, err
 	}
@@ -130,7 +132,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	// (docs/design.md §3b): the result reports, and its message says why.
 	if c.cfg.Remediate && !use.Unknown {
 		actions, failures = c.remediate(klog.NewContext(ctx, log), obs)
-		if obs, err = observeWith(c.cfg.Root, sched, ix); err != nil {
+		if obs, err = observeWith(c.cfg.Root, sched, ix, &c.modprobe); err != nil {
 			return check.Result{}, err
 		}
 	}

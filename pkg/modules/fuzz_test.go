@@ -220,21 +220,30 @@ func equalStrings(a, b []string) bool {
 }
 
 // FuzzWrittenByIPVSGuard: any content is judged without panicking; content
-// judged ipvs-guard's starts with its header, and ipvs-guard's own output
-// for any scheduler module is always judged its own.
+// judged ipvs-guard's is exactly its header and lines it writes, and
+// ipvs-guard's own output for any scheduler is always judged its own.
 func FuzzWrittenByIPVSGuard(f *testing.F) {
 	f.Add([]byte(newFileHeader+"ip_vs\nip_vs_rr\nnf_conntrack\n"), "lc")
 	f.Add([]byte(newFileHeader+"ip_vs\nbr_netfilter\n"), "rr")
 	f.Add([]byte("ip_vs\n"), "sh")
 	f.Add([]byte(strings.ReplaceAll(newFileHeader, "\n", "\r\n")+"ip_vs\r\n"), "wrr")
+	f.Add([]byte(newFileHeader+"ip_vs\n# ip_vs_rr  # ipvs-guard: not in kernel 6.1.0\nnf_conntrack\n# DO NOT REMOVE\n"), "mh")
 	f.Fuzz(func(t *testing.T, b []byte, sched string) {
-		if WrittenByIPVSGuard(b) && !strings.HasPrefix(strings.ReplaceAll(string(b), "\r\n", "\n"), newFileHeader) {
-			t.Fatalf("judged ipvs-guard's without its header: %q", b)
+		if WrittenByIPVSGuard(b) {
+			rest, ok := strings.CutPrefix(string(b), newFileHeader)
+			if !ok {
+				t.Fatalf("judged ipvs-guard's without its header: %q", b)
+			}
+			for _, l := range strings.Split(strings.TrimSuffix(rest, "\n"), "\n") {
+				if m, ok := ownLine(l); !ok || (l != m && !strings.HasPrefix(l, "# "+m+staleMark)) {
+					t.Fatalf("judged ipvs-guard's with a line it does not write (%q): %q", l, b)
+				}
+			}
 		}
 		if ValidateScheduler(sched) != nil || sched == "" {
 			return
 		}
-		own := MergeDeclarations(nil, []string{"ip_vs", "ip_vs_" + sched, "nf_conntrack"}, nil).Content
+		own := MergeDeclarations(nil, Desired(sched, nil), nil).Content
 		if !WrittenByIPVSGuard(own) {
 			t.Fatalf("ipvs-guard's own file not judged its own:\n%s", own)
 		}

@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"sort"
 	"strings"
 	"syscall"
 
@@ -219,59 +218,6 @@ func ModprobeFiles(root hostfs.Root) map[string]string {
 		}
 	}
 	return files
-}
-
-// ReadModprobeDirs reads the modprobe configuration kmod (and so
-// systemd-modules-load) applies on the host at root: every file
-// ModprobeFiles lists, in file-name order, malformed lines skipped as kmod
-// skips them, then modprobe.blacklist= on the kernel command line
-// (<root>/proc/cmdline). Each blacklist entry and install command records
-// the file it came from, each alias its File. A file that is not regular
-// (a named pipe, a device other than /dev/null) or too large is an error.
-func ReadModprobeDirs(root hostfs.Root) (*ModprobeConfig, error) {
-	files := ModprobeFiles(root)
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	conf := newModprobeConfig()
-	for _, n := range names {
-		p := files[n]
-		if fi, err := root.Stat(p); isDevNullLink(root, p) || err == nil && hostfs.IsDevNull(fi) {
-			continue // a link to /dev/null masks the name: read as nothing
-		}
-		var c *ModprobeConfig
-		if err := parseFile(root, p, limitModprobeConf, func(r io.Reader) error {
-			var err error
-			c, err = parseModprobeConfig(r, true)
-			return err
-		}); err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				continue // gone since it was listed
-			}
-			return nil, err
-		}
-		for i := range c.Aliases {
-			c.Aliases[i].File = p
-		}
-		for k := range c.Blacklist {
-			c.BlacklistFile[k] = p
-		}
-		for k := range c.Install {
-			c.InstallFile[k] = p
-		}
-		conf.merge(c)
-	}
-	if b, err := root.ReadFile(KernelCmdline, limitSmallKernel); err == nil {
-		for _, m := range cmdlineBlacklist(string(b)) {
-			if !conf.Blacklist[m] {
-				conf.Blacklist[m] = true
-				conf.BlacklistFile[m] = KernelCmdline + " (modprobe.blacklist=)"
-			}
-		}
-	}
-	return conf, nil
 }
 
 // isDevNullLink reports whether host path p is a symbolic link to /dev/null

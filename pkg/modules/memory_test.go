@@ -122,7 +122,7 @@ func TestParserMemoryAtLimits(t *testing.T) {
 		{filepath.Join(lib, "modules.alias.bin"), limitBinIndex, func(int) string { return "\x00\x00\x00\x00\x00\x00\x00\n" }},
 		{filepath.Join(lib, "modules.dep.bin"), limitBinIndex, func(int) string { return "\x00\x00\x00\x00\x00\x00\x00\n" }},
 		{filepath.Join(lib, "modules.softdep"), limitModulesSoftdep, func(i int) string { return fmt.Sprintf("softdep m%07x pre: p\n", i) }},
-		{filepath.Join(dir, "etc/modprobe.d/big.conf"), limitModprobeConf, func(i int) string { return fmt.Sprintf("options m%07x a=1\n", i) }},
+		{filepath.Join(dir, "etc/modprobe.d/big.conf"), limitModprobeTotal, func(i int) string { return fmt.Sprintf("options m%07x a=1\n", i) }},
 		{filepath.Join(dir, "proc/modules"), limitProcModules, func(i int) string { return fmt.Sprintf("p%07x 1 0 - Live 0x0\n", i) }},
 		{filepath.Join(dir, "etc/modules-load.d/big.conf"), streamed, func(i int) string { return []string{"ip_vs\n", fmt.Sprintf("d%07x\n", i)}[i%2] }},
 		{filepath.Join(dir, "etc/modules"), streamed, func(i int) string { return []string{"nf_conntrack\n", fmt.Sprintf("e%07x\n", i)}[i%2] }},

@@ -33,42 +33,16 @@ type ModprobeConfig struct {
 	// module with one is not loaded (the administrator replaced its loading
 	// with a command, often /bin/false to forbid it).
 	Install map[string]string
+
+	// optParts collects each module's options while files are parsed.
+	optParts map[string][]string
+	// file is the file being parsed.
+	file string
 }
 
 func newModprobeConfig() *ModprobeConfig {
-	return &ModprobeConfig{Options: map[string]string{}, Softdeps: map[string]Softdep{}, Blacklist: map[string]bool{}, Install: map[string]string{},
+	return &ModprobeConfig{optParts: map[string][]string{}, Options: map[string]string{}, Softdeps: map[string]Softdep{}, Blacklist: map[string]bool{}, Install: map[string]string{},
 		BlacklistFile: map[string]string{}, InstallFile: map[string]string{}}
-}
-
-// merge appends o's entries after c's (earlier files win for aliases, as
-// kmod tries them in order).
-func (c *ModprobeConfig) merge(o *ModprobeConfig) {
-	c.Aliases = append(c.Aliases, o.Aliases...)
-	for k, v := range o.Options {
-		if c.Options[k] != "" {
-			c.Options[k] += " " + v
-		} else {
-			c.Options[k] = v
-		}
-	}
-	for k, v := range o.Softdeps {
-		s := c.Softdeps[k]
-		s.Pre = append(s.Pre, v.Pre...)
-		s.Post = append(s.Post, v.Post...)
-		c.Softdeps[k] = s
-	}
-	for k := range o.Blacklist {
-		if !c.Blacklist[k] {
-			c.BlacklistFile[k] = o.BlacklistFile[k]
-		}
-		c.Blacklist[k] = true
-	}
-	for k, v := range o.Install {
-		if _, ok := c.Install[k]; !ok { // the first install command wins, as in kmod
-			c.Install[k] = v
-			c.InstallFile[k] = o.InstallFile[k]
-		}
-	}
 }
 
 // ParseModprobeConfig parses modprobe.d syntax: one command per line
@@ -92,6 +66,20 @@ func ParseModprobeConfig(r io.Reader) (*ModprobeConfig, error) {
 // failing the whole file.
 func parseModprobeConfig(r io.Reader, lenient bool) (*ModprobeConfig, error) {
 	c := newModprobeConfig()
+	if err := c.parseFrom(r, lenient, ""); err != nil {
+		return nil, err
+	}
+	c.finish()
+	return c, nil
+}
+
+// parseFrom parses r into c after what c holds (as kmod reads the files
+// one after the other: the first install command and blacklist entry of a
+// module win, aliases and soft dependencies add up, options are joined),
+// recording file (when not "") as where each alias, blacklist entry and
+// install command came from. finish completes c once every file is in.
+func (c *ModprobeConfig) parseFrom(r io.Reader, lenient bool, file string) error {
+	c.file = file
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64*1024), 4*1024*1024)
 	n, start := 0, 0
@@ -107,22 +95,34 @@ func parseModprobeConfig(r io.Reader, lenient bool) (*ModprobeConfig, error) {
 			pending.WriteByte(' ')
 			continue
 		}
-		pending.WriteString(raw)
-		line := strings.TrimSpace(pending.String())
-		pending.Reset()
-		if err := c.parseLine(line); err != nil && !lenient {
-			return nil, fmt.Errorf("line %d: %w", start, err)
+		line := raw
+		if pending.Len() > 0 {
+			pending.WriteString(raw)
+			line = pending.String()
+			pending.Reset()
+		}
+		if err := c.parseLine(strings.TrimSpace(line)); err != nil && !lenient {
+			return fmt.Errorf("line %d: %w", start, err)
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("line %d: %w", n+1, err)
+		return fmt.Errorf("line %d: %w", n+1, err)
 	}
 	if pending.Len() > 0 {
 		if err := c.parseLine(strings.TrimSpace(pending.String())); err != nil && !lenient {
-			return nil, fmt.Errorf("line %d: %w", start, err)
+			return fmt.Errorf("line %d: %w", start, err)
 		}
 	}
-	return c, nil
+	return nil
+}
+
+// finish joins each module's options, once: appending to a growing string
+// per line would copy it again and again.
+func (c *ModprobeConfig) finish() {
+	for name, parts := range c.optParts {
+		c.Options[name] = strings.Join(parts, " ")
+	}
+	c.optParts, c.file = nil, ""
 }
 
 func (c *ModprobeConfig) parseLine(line string) error {
@@ -139,24 +139,24 @@ func (c *ModprobeConfig) parseLine(line string) error {
 		if !validModuleName(name) {
 			return fmt.Errorf("alias %s: invalid module name %q", f[1], f[2])
 		}
-		c.Aliases = append(c.Aliases, Alias{Pattern: normalizeAlias(f[1]), Module: name})
+		c.Aliases = append(c.Aliases, Alias{Pattern: normalizeAlias(f[1]), Module: name, File: c.file})
 	case "options":
 		if len(f) < 2 {
 			return fmt.Errorf("options needs a module: %q", line)
 		}
 		name := Normalize(f[1])
 		if len(f) > 2 {
-			v := strings.Join(f[2:], " ")
-			if c.Options[name] != "" {
-				v = c.Options[name] + " " + v
-			}
-			c.Options[name] = v
+			c.optParts[name] = append(c.optParts[name], f[2:]...) // joined by finish
 		}
 	case "blacklist":
 		if len(f) < 2 {
 			return fmt.Errorf("blacklist needs a module: %q", line)
 		}
-		c.Blacklist[Normalize(f[1])] = true
+		name := Normalize(f[1])
+		if !c.Blacklist[name] && c.file != "" {
+			c.BlacklistFile[name] = c.file
+		}
+		c.Blacklist[name] = true
 	case "install":
 		if len(f) < 3 {
 			return fmt.Errorf("install needs a module and a command: %q", line)
@@ -164,6 +164,9 @@ func (c *ModprobeConfig) parseLine(line string) error {
 		name := Normalize(f[1])
 		if _, ok := c.Install[name]; !ok {
 			c.Install[name] = strings.Join(f[2:], " ")
+			if c.file != "" {
+				c.InstallFile[name] = c.file
+			}
 		}
 	case "softdep":
 		if len(f) < 2 {

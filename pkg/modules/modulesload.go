@@ -355,26 +355,3 @@ func MergeDeclarations(existing []byte, want []string, stale map[string]string) 
 	res.Changed = !bytes.Equal(res.Content, existing)
 	return res
 }
-
-// WrittenByIPVSGuard reports whether content is a declaration file exactly
-// as ipvs-guard writes it: its header first, and no line but comments,
-// blank lines and the IPVS modules ipvs-guard declares (ip_vs, ip_vs_*,
-// nf_conntrack, nf_conntrack_ipv4). A file someone else started, or added
-// another module to, is not: ipvs-guard never removes it.
-func WrittenByIPVSGuard(content []byte) bool {
-	s := strings.ReplaceAll(string(content), "\r\n", "\n")
-	if !strings.HasPrefix(s, newFileHeader) {
-		return false
-	}
-	for _, line := range strings.Split(s, "\n") {
-		t := strings.TrimSpace(line)
-		if t == "" || t[0] == '#' || t[0] == ';' {
-			continue
-		}
-		m := Normalize(t)
-		if m != "ip_vs" && !strings.HasPrefix(m, "ip_vs_") && m != "nf_conntrack" && m != "nf_conntrack_ipv4" {
-			return false
-		}
-	}
-	return true
-}

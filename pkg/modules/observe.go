@@ -169,12 +169,13 @@ func Observe(root hostfs.Root, scheduler string) (*Observation, error) {
 	if err != nil {
 		return nil, err
 	}
-	return observeWith(root, scheduler, ix)
+	return observeWith(root, scheduler, ix, nil)
 }
 
 // observeWith is Observe over an index already read (the kernel's module
-// files do not change between the observations of one check run).
-func observeWith(root hostfs.Root, scheduler string, ix *Index) (*Observation, error) {
+// files do not change between the observations of one check run), reading
+// modprobe.d through mp (nil: every file parsed).
+func observeWith(root hostfs.Root, scheduler string, ix *Index, mp *ModprobeCache) (*Observation, error) {
 	rel := ix.Release
 	proc, err := ReadProcModules(root)
 	if err != nil {
@@ -215,7 +216,7 @@ func observeWith(root hostfs.Root, scheduler string, ix *Index) (*Observation, e
 	if ix.DepMissing {
 		shipper = shipFunc(func(n string) bool { return ix.Ships(n) || loaded[n] || inSys(n) })
 	}
-	conf, err := ReadModprobeDirs(root)
+	conf, err := mp.Read(root)
 	if err != nil {
 		return nil, err
 	}

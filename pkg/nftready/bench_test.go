@@ -33,7 +33,7 @@ func BenchmarkReadiness10000(b *testing.B) {
 			Real: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 244, byte(i >> 8), byte(i)}), 8080)}
 		conns[k]++
 	}
-	cfg.Host.Connections = func() (ipvs.ConnCounts, error) { return conns, nil }
+	cfg.Host.Connections = func(func(ipvs.ConnKey) bool) (ipvs.ConnCounts, error) { return conns, nil }
 	c := NewReadinessChecker(cfg)
 	b.ReportAllocs()
 	b.ResetTimer()

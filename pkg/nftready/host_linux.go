@@ -20,9 +20,8 @@ import (
 )
 
 var (
-	limitConnTable = hostfs.Limit{Kind: "the IPVS connection table", Max: 1 << 40}
-	limitBuiltin   = hostfs.Limit{Kind: "modules.builtin", Max: 1 << 20}
-	limitComm      = hostfs.Limit{Kind: "a process name", Max: 64}
+	limitBuiltin = hostfs.Limit{Kind: "modules.builtin", Max: 1 << 20}
+	limitComm    = hostfs.Limit{Kind: "a process name", Max: 64}
 )
 
 // HostSources returns the real readers of the node at root. Interfaces,
@@ -56,16 +55,12 @@ func HostSources(root hostfs.Root) Host {
 		},
 		Links:   hostLinks,
 		Primary: primaryAddrs,
-		Connections: func() (ipvs.ConnCounts, error) {
-			f, err := root.OpenLimited("/proc/net/ip_vs_conn", limitConnTable)
+		Connections: func(keep func(ipvs.ConnKey) bool) (ipvs.ConnCounts, error) {
+			c, err := ipvs.ReadConnCounts(root, "/proc/net/ip_vs_conn", keep)
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil, nil
 			}
-			if err != nil {
-				return nil, fmt.Errorf("opening the IPVS connection table: %w", err)
-			}
-			defer f.Close()
-			return ipvs.ParseConnCounts(f)
+			return c, err
 		},
 		Processes: func() ([]string, error) { return processNames(root) },
 	}

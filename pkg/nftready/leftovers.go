@@ -280,7 +280,7 @@ func (c *LeftoversChecker) sysctls(ipvsLoaded, traces bool) []Leftover {
 // file ipvs-guard declared the IPVS modules in.
 func (c *LeftoversChecker) declarationFile(ctx context.Context, use check.IPVSUse) (*Leftover, []string, error) {
 	path := c.cfg.DeclarationFile
-	b, err := c.cfg.Root.ReadFile(path, limitDeclarationFile)
+	b, read, err := c.cfg.Root.ReadFileStat(path, limitDeclarationFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil, nil
 	}
@@ -289,7 +289,9 @@ func (c *LeftoversChecker) declarationFile(ctx context.Context, use check.IPVSUs
 	}
 	own := modules.WrittenByIPVSGuard(b)
 	if own && c.cfg.RemoveOwn && !use.Assumed {
-		if err := os.Remove(c.cfg.Root.Path(path)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		// Remove the very file read, through its directory opened inside
+		// the root: never what a link on the way points to on the host.
+		if err := c.cfg.Root.RemoveIfSame(path, read); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return &Leftover{Kind: LeftoverModulesLoadFile, Object: path, Message: fmt.Sprintf("%s (written by ipvs-guard) could not be removed: %v", path, err),
 				Remove: []string{"rm " + path}}, nil, nil
 		}
@@ -305,7 +307,7 @@ func (c *LeftoversChecker) declarationFile(ctx context.Context, use check.IPVSUs
 	case own:
 		l.Message = fmt.Sprintf("%s (written by ipvs-guard) still loads the IPVS modules at boot; the agent removes it when nftablesMigration.removeOwnLeftovers is true", path)
 	default:
-		l.Message = fmt.Sprintf("%s still declares IPVS modules for boot; lines other than ipvs-guard's are in it, so ipvs-guard leaves it to its owner", path)
+		l.Message = fmt.Sprintf("%s still declares IPVS modules for boot; it is not exactly as ipvs-guard writes it (a line was added or changed), so ipvs-guard leaves it to its owner", path)
 		l.Remove = []string{"edit " + path + "  # remove the ip_vs* and nf_conntrack lines no one needs any more"}
 	}
 	return l, nil, nil

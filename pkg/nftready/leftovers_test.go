@@ -204,3 +204,88 @@ func TestLeftoversManyVirtualServers(t *testing.T) {
 		t.Errorf("last finding %+v", last)
 	}
 }
+
+// TestLeftoversRemovesOnlyInsideRoot: with /etc or /etc/modules-load.d (or
+// ipvs.conf itself) an absolute link, the own file is read and removed
+// inside --root; a file with ipvs-guard's content at the link's target on
+// the host is never touched.
+func TestLeftoversRemovesOnlyInsideRoot(t *testing.T) {
+	tests := []struct {
+		name     string
+		setup    func(t *testing.T, root, outside string)
+		wantGone string // path under root that must be gone ("" none)
+	}{
+		{name: "modules-load.d an absolute link", setup: func(t *testing.T, root, outside string) {
+			mustSymlink(t, outside, filepath.Join(root, "etc/modules-load.d"))
+		}},
+		{name: "etc an absolute link", setup: func(t *testing.T, root, outside string) {
+			mustSymlink(t, filepath.Dir(outside), filepath.Join(root, "etc"))
+		}},
+		{name: "ipvs.conf an absolute link", setup: func(t *testing.T, root, outside string) {
+			mustSymlink(t, filepath.Join(outside, "ipvs.conf"), filepath.Join(root, "etc/modules-load.d/ipvs.conf"))
+		}},
+		{name: "modules-load.d an absolute link naming a directory both inside the root and on the host", setup: func(t *testing.T, root, outside string) {
+			mustWriteFile(t, filepath.Join(outside, "ipvs.conf"), "iscsi_tcp\n") // the host's file, someone else's
+			mustWriteFile(t, filepath.Join(root, outside, "ipvs.conf"), ownFile)
+			mustSymlink(t, outside, filepath.Join(root, "etc/modules-load.d"))
+		}, wantGone: "OUTSIDE/ipvs.conf"},
+		{name: "modules-load.d a link resolved inside the root", setup: func(t *testing.T, root, outside string) {
+			mustWriteFile(t, filepath.Join(root, "other/ipvs.conf"), ownFile)
+			mustSymlink(t, "/other", filepath.Join(root, "etc/modules-load.d"))
+		}, wantGone: "other/ipvs.conf"},
+		{name: "ipvs.conf a link inside the root: the link is not the file read", setup: func(t *testing.T, root, outside string) {
+			mustWriteFile(t, filepath.Join(root, "other/ipvs.conf"), ownFile)
+			mustSymlink(t, "/other/ipvs.conf", filepath.Join(root, "etc/modules-load.d/ipvs.conf"))
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			base := t.TempDir()
+			root, outside := filepath.Join(base, "root"), filepath.Join(base, "host", "modules-load.d")
+			mustWriteFile(t, filepath.Join(outside, "ipvs.conf"), ownFile)
+			if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			tt.setup(t, root, outside)
+			c := NewLeftoversChecker(LeftoversConfig{Root: hostfs.New(root), IPVSUse: mode("nftables"), ReadLink: link(false),
+				IPVS: fakeTable{err: ipvs.ErrModuleNotLoaded}, RemoveOwn: true})
+			res, err := c.Run(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			hostContent := ownFile
+			if tt.wantGone == "OUTSIDE/ipvs.conf" {
+				hostContent, tt.wantGone = "iscsi_tcp\n", filepath.Join(outside, "ipvs.conf")
+			}
+			if b, err := os.ReadFile(filepath.Join(outside, "ipvs.conf")); err != nil || string(b) != hostContent {
+				t.Fatalf("the file outside the root was touched: %q, %v (result %s: %s, actions %q)", b, err, res.Reason, res.Message, res.Actions)
+			}
+			if tt.wantGone != "" {
+				if _, err := os.Lstat(filepath.Join(root, tt.wantGone)); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s inside the root not removed (%v): %s %q", tt.wantGone, err, res.Message, res.Actions)
+				}
+			}
+		})
+	}
+}
+
+func mustWriteFile(t *testing.T, p, s string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustSymlink(t *testing.T, target, p string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.RemoveAll(p)
+	if err := os.Symlink(target, p); err != nil {
+		t.Fatal(err)
+	}
+}

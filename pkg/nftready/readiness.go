@@ -71,8 +71,8 @@ type Host struct {
 	// routes.
 	Primary func() ([]netip.Addr, error)
 	// Connections counts the IPVS connection table's entries per virtual
-	// and real server.
-	Connections func() (ipvs.ConnCounts, error)
+	// and real server, only those keep returns true for (nil keeps all).
+	Connections func(keep func(ipvs.ConnKey) bool) (ipvs.ConnCounts, error)
 	// Processes lists the command names of the node's processes.
 	Processes func() ([]string, error)
 }
@@ -767,7 +767,7 @@ func (c *ReadinessChecker) nodePortConns(r *report, table ipvs.Table, local map[
 		return
 	}
 	seen := map[ipvs.Key]int{}
-	counts, err := h.Connections()
+	counts, err := h.Connections(func(ck ipvs.ConnKey) bool { return np[ck.Virtual] && !slices.Contains(primary, ck.Virtual.Address) })
 	for ck, n := range counts {
 		if k := ck.Virtual; np[k] && !slices.Contains(primary, k.Address) {
 			seen[k] += n

@@ -86,7 +86,7 @@ func readyConfig() ReadinessConfig {
 				return []Link{{Name: "lo", Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}}, {Name: "eth0", Addrs: []netip.Addr{nodeIP}}}, nil
 			},
 			Primary:     func() ([]netip.Addr, error) { return []netip.Addr{nodeIP}, nil },
-			Connections: func() (ipvs.ConnCounts, error) { return nil, nil },
+			Connections: func(func(ipvs.ConnKey) bool) (ipvs.ConnCounts, error) { return nil, nil },
 			Processes:   func() ([]string, error) { return []string{"systemd", "kubelet"}, nil },
 		},
 		Prober:    ProberFunc(okProbe),
@@ -282,7 +282,7 @@ func TestReadiness(t *testing.T) {
 			c.IPVS = fakeTable{t: append(ipvschecktest.NewTable(2),
 				ipvs.Entry{Virtual: ipvs.VirtualServer{Address: nodeIP, Protocol: ipvs.TCP, Port: 30080}},
 				ipvs.Entry{Virtual: ipvs.VirtualServer{Address: secondIP, Protocol: ipvs.TCP, Port: 30080}})}
-			c.Host.Connections = func() (ipvs.ConnCounts, error) {
+			c.Host.Connections = func(func(ipvs.ConnKey) bool) (ipvs.ConnCounts, error) {
 				return ipvs.ConnCounts{
 					{Virtual: ipvs.Key{Address: secondIP, Protocol: ipvs.TCP, Port: 30080}, Real: netip.MustParseAddrPort("10.244.0.5:8080")}: 1,
 					{Virtual: ipvs.Key{Address: secondIP, Protocol: ipvs.TCP, Port: 30080}, Real: netip.MustParseAddrPort("10.244.0.6:8080")}: 1,
