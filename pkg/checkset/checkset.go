@@ -113,7 +113,8 @@ type Cluster struct {
 	ListTimeout time.Duration
 }
 
-// Build returns the checks in report order: modules, kube-proxy, ipvs,
+// Build returns the checks in report order: modules, kube-proxy,
+// kube-proxy-sync, ipvs,
 // arp-sysctls, arp, ipvs-dataplane, then the advisory checks ipvs-sysctls,
 // conntrack, ipvs-leftovers, and nftables-readiness when TargetMode or
 // ReadinessInterval asks for it. The only I/O it does is the one-shot listing of the
@@ -135,6 +136,8 @@ func Build(ctx context.Context, cfg Config) ([]check.Checker, error) {
 	var b builder
 	b.add(modules.NewChecker(modules.Config{Root: cfg.Root, SchedulerFunc: s.scheduler, Remediate: cfg.Remediate, Loader: cfg.Loader, Distro: s.distro, IPVSUse: s.use.Use}), nil)
 	b.add(kubeproxy.NewChecker(kubeproxy.CheckerConfig{Client: s.kubeProxy, ReadLink: kubeproxy.ReadLink, FallbackVersion: s.kubeProxyVersion, Scheduler: cfg.Scheduler, Distro: s.distro}))
+	// kube-proxy's health in every mode (docs/design.md §3b).
+	b.add(kubeproxy.NewSyncChecker(kubeproxy.SyncCheckerConfig{Client: s.kubeProxy}))
 	b.add(ipvscheck.NewChecker(ipvscheck.Config{IPVS: recent, ReadLink: kubeproxy.ReadLink, KubeProxy: s.kubeProxy, Cluster: s.services, NodeName: cfg.NodeName, Scheduler: s.schedulers.Resolve, Distro: s.distro, Settle: cfg.Settle, IPVSUse: s.use.Use}))
 	b.add(arpsysctl.NewChecker(arpsysctl.Config{Root: cfg.Root, Interfaces: s.interfaces, ReadLink: kubeproxy.ReadLink, LoadBalancerIPs: s.lbIPs, KubeProxy: s.kubeProxy, Distro: s.distro, IPVSUse: s.use.Use}))
 	b.add(arpChecker(ctx, cfg))

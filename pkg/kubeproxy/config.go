@@ -36,6 +36,10 @@ type Config struct {
 	Mode string `json:"mode"`
 	// IPVS is the IPVS proxier's configuration.
 	IPVS IPVSConfig `json:"ipvs"`
+	// NFTables and IPTables are the other proxiers' configuration (their
+	// sync periods; v1alpha1, served by /configz from Kubernetes 1.36).
+	NFTables ProxierConfig `json:"nftables"`
+	IPTables ProxierConfig `json:"iptables"`
 	// HostnameOverride is the node name kube-proxy uses, if set.
 	HostnameOverride string `json:"hostnameOverride"`
 	// ClusterCIDR is the pod CIDR (only in older configurations).
@@ -47,6 +51,13 @@ type Config struct {
 	HealthzBindAddress string `json:"healthzBindAddress"`
 	// SyncPeriod is the internal struct's sync period (up to Kubernetes
 	// 1.35's /configz); from 1.36 it is IPVS.SyncPeriod in IPVS mode.
+	SyncPeriod Duration `json:"syncPeriod"`
+}
+
+// ProxierConfig is what ipvs-guard reads of the nftables or iptables
+// proxier's configuration.
+type ProxierConfig struct {
+	// SyncPeriod is the proxier's sync period (0: unknown).
 	SyncPeriod Duration `json:"syncPeriod"`
 }
 

@@ -33,7 +33,7 @@ func TestParseConfigz(t *testing.T) {
 		{
 			name: "1.30 internal struct with Go field names",
 			file: "testdata/configz-1.30-internal.json",
-			want: Config{Mode: "ipvs", IPVS: IPVSConfig{Scheduler: "wrr", StrictARP: false, SyncPeriod: Duration(30 * time.Second)}, HostnameOverride: "rke2-node-1", ClusterCIDR: "10.42.0.0/16", MetricsBindAddress: "127.0.0.1:10249", HealthzBindAddress: "0.0.0.0:10256"},
+			want: Config{Mode: "ipvs", IPVS: IPVSConfig{Scheduler: "wrr", StrictARP: false, SyncPeriod: Duration(30 * time.Second)}, IPTables: ProxierConfig{SyncPeriod: Duration(30 * time.Second)}, HostnameOverride: "rke2-node-1", ClusterCIDR: "10.42.0.0/16", MetricsBindAddress: "127.0.0.1:10249", HealthzBindAddress: "0.0.0.0:10256"},
 		},
 		{
 			name: "iptables mode",
