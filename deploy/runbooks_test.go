@@ -39,7 +39,8 @@ func TestEveryAlertLinksAnExistingRunbook(t *testing.T) {
 	// ipvs-dataplane and nftables-dataplane checks).
 	degraded := []string{"ProxyModeNotIPVS", "KubeIPVS0Missing", "IPVSModuleNotLoaded", "VirtualServerMissing", "NoRealServers", "SchedulerMismatch", "CheckFailed"}
 	degraded = append(degraded, "KubeProxySyncStale", "KubeProxySyncFailing", "KubeProxyCleanupFailing", "KubeProxySyncSlow",
-		"StaleRealServers", "MissingRealServers", "RealServersStuckAtWeightZero")
+		"StaleRealServers", "MissingRealServers", "RealServersStuckAtWeightZero",
+		"NFTablesTableMissing", "NFTablesObjectsMissing", "NFTablesServiceIPMissing", "NFTablesServiceRejected", "NFTablesStaleEndpoints", "NFTablesMissingEndpoints")
 	// Advisories the ipvs-sysctls alert can carry (pkg/ipvssysctl).
 	advisories := []string{"IPVSConnReuseDelay", "IPVSConnReuseStickyBackend", "IPVSExpireNodestConnOff", "IPVSExpireQuiescentTemplateOff", "IPVSConntrackOff", "IPVSTCPTimeoutBelowKeepalive"}
 	n := 0
