@@ -106,8 +106,15 @@ func Compare(in Input) []Finding {
 		if missing {
 			continue
 		}
+		// The Service port each DNAT chain is named after, once per table.
+		chains := map[string][]string{}
+		for c := range t.DNAT {
+			if p := chainPort(c); p != "" {
+				chains[p] = append(chains[p], c)
+			}
+		}
 		for _, s := range in.Services {
-			out = append(out, compareService(in, t, s, v4)...)
+			out = append(out, compareService(in, t, chains, s, v4)...)
 		}
 	}
 	slices.SortFunc(out, func(a, b Finding) int { return cmp.Compare(a.Key(), b.Key()) })
@@ -147,7 +154,7 @@ func chainPort(chain string) string {
 	return ""
 }
 
-func compareService(in Input, t Table, s *corev1.Service, v4 bool) []Finding {
+func compareService(in Input, t Table, chains map[string][]string, s *corev1.Service, v4 bool) []Finding {
 	if s.Spec.ClusterIP == corev1.ClusterIPNone || s.Spec.ClusterIP == "" || s.Spec.Type == corev1.ServiceTypeExternalName {
 		return nil
 	}
@@ -213,10 +220,8 @@ func compareService(in Input, t Table, s *corev1.Service, v4 bool) []Finding {
 			continue
 		}
 		// The endpoints each chain DNATs to, against the model.
-		for chain, eps := range t.DNAT {
-			if chainPort(chain) != port {
-				continue
-			}
+		for _, chain := range chains[port] {
+			eps := t.DNAT[chain]
 			var want []netip.AddrPort
 			switch {
 			case strings.HasPrefix(chain, prefixService):
