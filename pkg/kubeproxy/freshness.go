@@ -517,6 +517,11 @@ func (c *SyncChecker) silentStall(ctx context.Context, err error) *check.Result 
 	var fams []string
 	last := make(map[string]time.Time, len(fr.lastSync))
 	for f, t := range fr.lastSync {
+		if t.IsZero() {
+			// A family that had not synced yet when kube-proxy last
+			// answered gives no time to judge by; the others do.
+			continue
+		}
 		fams = append(fams, f)
 		last[f] = t
 		if oldest.IsZero() || t.Before(oldest) {

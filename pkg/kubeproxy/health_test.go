@@ -153,3 +153,20 @@ func TestSyncCheckerNFTables(t *testing.T) {
 		}
 	}
 }
+
+// TestSilentStallIgnoresUnsyncedFamily: a family that had never synced when
+// kube-proxy last answered (IPv6 moments after a start) does not keep the
+// stall of the other from being judged.
+func TestSilentStallIgnoresUnsyncedFamily(t *testing.T) {
+	now := time.Now()
+	c, err := NewSyncChecker(SyncCheckerConfig{Client: NewClient("127.0.0.1:1", time.Second), Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.fresh.remember(now.Add(-30*time.Second), ModeNFTables, 10*time.Second, []SyncVerdict{
+		{Family: "IPv4", Sync: FamilySync{LastSync: now.Add(-31 * time.Second)}}, {Family: "IPv6"}})
+	res := c.silentStall(context.Background(), ErrNotAnswering)
+	if res == nil || res.Reason != ReasonSyncStale || !strings.Contains(res.Message, "not synced nftables rules") {
+		t.Fatalf("got %+v, want a stall", res)
+	}
+}
