@@ -22,7 +22,7 @@ build:
 
 ## test: every tier, each named so a failure says where it broke (lint, unit, fuzz and netns run inside the fresh tier)
 .PHONY: test
-test: test-fresh test-guest test-apiserver test-scale test-metallb test-migrate test-rules test-chart test-image test-e2e test-node
+test: test-fresh test-guest test-apiserver test-nftables test-scale test-metallb test-migrate test-rules test-chart test-image test-e2e test-node
 	@echo "all test tiers passed"
 
 ## test-fresh: the lint, unit, fuzz and netns tiers inside a pristine Debian 12 root (debootstrap, overlay, chroot): no tier leans on host state (root)
@@ -155,6 +155,12 @@ bench-metallb:
 test-netns:
 	@echo "--- tier: netns"
 	hack/test-netns.sh
+
+## test-nftables: the real kube-proxy v1.37.1 in nftables mode in a network namespace on this kernel, with a real API server: kube-proxy-sync and nftables-dataplane against faults made for real, compared with nft -j (root)
+.PHONY: test-nftables
+test-nftables:
+	@echo "--- tier: nftables"
+	hack/test-nftables.sh
 
 ## bench-ipvs: 10,000 virtual servers x 2 real servers in the guest kernel, ipvs-guard vs ipvsadm -Ln (ratio, peak RSS)
 .PHONY: bench-ipvs

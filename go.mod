@@ -22,7 +22,7 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
-require github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42 // indirect
+require github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

@@ -881,7 +881,7 @@ func TestCleanupHookOnAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, ty := range []string{"Ready", "IPVSModulesMissing", "KubeProxyIPVSDegraded", "StrictARPDisabled", "LoadBalancerARPFailing"} {
+		for _, ty := range []string{"Ready", "IPVSModulesMissing", "KubeProxyIPVSDegraded", "KubeProxyDataplaneDegraded", "StrictARPDisabled", "LoadBalancerARPFailing"} {
 			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeConditionType(ty), Status: corev1.ConditionFalse, Reason: "Test"})
 		}
 		if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {

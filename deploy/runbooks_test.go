@@ -35,9 +35,13 @@ func TestEveryAlertLinksAnExistingRunbook(t *testing.T) {
 	if err := yaml.Unmarshal(raw, &file); err != nil {
 		t.Fatal(err)
 	}
-	// Reasons KubeProxyIPVSDegraded can be True with (kube-proxy and ipvs checks).
+	// Reasons KubeProxyIPVSDegraded can be True with (kube-proxy and ipvs
+	// checks) and KubeProxyDataplaneDegraded (kube-proxy-sync,
+	// ipvs-dataplane and nftables-dataplane checks).
 	degraded := []string{"ProxyModeNotIPVS", "KubeIPVS0Missing", "IPVSModuleNotLoaded", "VirtualServerMissing", "NoRealServers", "SchedulerMismatch", "CheckFailed"}
-	degraded = append(degraded, "KubeProxySyncStale", "StaleRealServers", "MissingRealServers", "RealServersStuckAtWeightZero")
+	degraded = append(degraded, "KubeProxySyncStale", "KubeProxySyncFailing", "KubeProxyCleanupFailing", "KubeProxySyncSlow",
+		"StaleRealServers", "MissingRealServers", "RealServersStuckAtWeightZero",
+		"NFTablesTableMissing", "NFTablesObjectsMissing", "NFTablesServiceIPMissing", "NFTablesServiceRejected", "NFTablesStaleEndpoints", "NFTablesMissingEndpoints")
 	// Advisories the ipvs-sysctls alert can carry (pkg/ipvssysctl).
 	advisories := []string{"IPVSConnReuseDelay", "IPVSConnReuseStickyBackend", "IPVSExpireNodestConnOff", "IPVSExpireQuiescentTemplateOff", "IPVSConntrackOff", "IPVSTCPTimeoutBelowKeepalive"}
 	n := 0

@@ -23,7 +23,7 @@ func newCleanupCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cleanup",
 		Short: "Remove ipvs-guard's Node conditions and annotations from every Node (the chart runs it on helm uninstall)",
-		Long: "Remove the four ipvs-guard Node conditions and the ipvs-guard.io/macs annotation from every Node,\n" +
+		Long: "Remove the five ipvs-guard Node conditions and the ipvs-guard.io/macs annotation from every Node,\n" +
 			"so nothing stale is left once the agent is gone. The chart runs it as a post-delete hook,\n" +
 			"after the agent's RBAC is deleted, so a terminating agent cannot write them back.\n" +
 			"Cost: one paged Node list and at most two patches per Node that carries them.",

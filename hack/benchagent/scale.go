@@ -482,15 +482,15 @@ func waitAllFalse(ctx context.Context, cs kubernetes.Interface, agents int, time
 			owned := 0
 			for _, c := range n.Status.Conditions {
 				switch c.Type {
-				case "IPVSModulesMissing", "KubeProxyIPVSDegraded", "StrictARPDisabled", "LoadBalancerARPFailing":
+				case "IPVSModulesMissing", "KubeProxyIPVSDegraded", "KubeProxyDataplaneDegraded", "StrictARPDisabled", "LoadBalancerARPFailing":
 					owned++
 					if c.Status != corev1.ConditionFalse && bad == "" {
 						bad = fmt.Sprintf("%s: %s=%s (%s) %s", n.Name, c.Type, c.Status, c.Reason, c.Message)
 					}
 				}
 			}
-			if owned != 4 && bad == "" {
-				bad = fmt.Sprintf("%s: %d of 4 conditions", n.Name, owned)
+			if owned != 5 && bad == "" {
+				bad = fmt.Sprintf("%s: %d of 5 conditions", n.Name, owned)
 			}
 		}
 		if bad == "" {

@@ -240,6 +240,12 @@ func writeAlerts(b *bytes.Buffer, path string) error {
 	b.WriteString("`prometheusRule.enabled=true` installs these (from `files/alerts.yaml`, unit-tested with `promtool test rules`);\n")
 	b.WriteString("each description is a short runbook, and `runbook_url` links its page in [docs/runbooks](../../docs/runbooks/README.md)\n")
 	b.WriteString("(`prometheusRule.runbookBaseURL` moves the links). They select `job=\"ipvs-guard\"`, which the ServiceMonitor sets.\n\n")
+	b.WriteString("Upgrading from a release with four conditions: kube-proxy's data plane has its own condition,\n")
+	b.WriteString("`KubeProxyDataplaneDegraded`, in every proxy mode. The reasons `KubeProxySyncStale`, `StaleRealServers`,\n")
+	b.WriteString("`MissingRealServers` and `RealServersStuckAtWeightZero` moved there from `KubeProxyIPVSDegraded`, so\n")
+	b.WriteString("`IPVSGuardKubeProxyIPVSDegraded` no longer fires for them: `IPVSGuardKubeProxyDataplaneDegraded` does. A\n")
+	b.WriteString("rule, silence or dashboard of your own that selects `condition=\"KubeProxyIPVSDegraded\"` for a stall or a\n")
+	b.WriteString("real-server drift must select `condition=\"KubeProxyDataplaneDegraded\"` ([CHANGELOG](../../CHANGELOG.md)).\n\n")
 	b.WriteString("| Alert | Severity | For | Summary |\n|-------|----------|-----|---------|\n")
 	for _, g := range rules.Groups {
 		for _, r := range g.Rules {

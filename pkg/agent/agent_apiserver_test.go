@@ -36,7 +36,7 @@ func TestAgentConditionsEventsAndQuietResyncs(t *testing.T) {
 	u := startAgent(t, s, "node-a", agentOptions{checks: checks, resync: 100 * time.Millisecond,
 		macs: func() (map[string]string, error) { return map[string]string{"eth0": "02:00:00:00:00:0A"}, nil }})
 
-	eventually(t, 10*time.Second, "all four conditions published", func() bool {
+	eventually(t, 10*time.Second, "every condition published", func() bool {
 		for _, ct := range nodestatus.AllConditionTypes() {
 			if c := nodeCondition(t, admin, "node-a", string(ct)); c == nil || c.Status != corev1.ConditionFalse {
 				return false
@@ -359,7 +359,7 @@ func TestSlowARPRoundDoesNotDelayModulesCondition(t *testing.T) {
 	dir := t.TempDir()
 	decl := filepath.Join(dir, "ipvs.conf")
 	u := startAgent(t, s, "node-a", agentOptions{checks: checks, resync: 200 * time.Millisecond, dirs: []string{dir}})
-	eventually(t, 10*time.Second, "all four conditions False", func() bool {
+	eventually(t, 10*time.Second, "every condition False", func() bool {
 		for _, ct := range nodestatus.AllConditionTypes() {
 			if c := nodeCondition(t, admin, "node-a", string(ct)); c == nil || c.Status != corev1.ConditionFalse {
 				return false

@@ -79,8 +79,9 @@ func TestNoNodeWritesUnderServiceChurn(t *testing.T) {
 
 	eventually(t, 30*time.Second, "every condition False with the real checks' reasons", func() bool {
 		want := map[nodestatus.ConditionType]string{
-			nodestatus.KubeProxyIPVSDegraded: kubeproxy.ReasonIPVSMode,
-			nodestatus.StrictARPDisabled:     arpsysctl.ReasonOK,
+			nodestatus.KubeProxyIPVSDegraded:      kubeproxy.ReasonIPVSMode,
+			nodestatus.KubeProxyDataplaneDegraded: kubeproxy.ReasonSyncing,
+			nodestatus.StrictARPDisabled:          arpsysctl.ReasonOK,
 		}
 		for _, ct := range nodestatus.AllConditionTypes() {
 			c := nodeCondition(t, admin, node, string(ct))
@@ -354,5 +355,11 @@ func (m *kubeProxyModel) checkers(t *testing.T, v *clusterview.View, node string
 	if err != nil {
 		t.Fatal(err)
 	}
-	return []check.Checker{kpc, ic, ac}
+	// kube-proxy's health (every mode): its condition, the fifth, is
+	// written under churn no more than the others.
+	sc, err := kubeproxy.NewSyncChecker(kubeproxy.SyncCheckerConfig{Client: kp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []check.Checker{kpc, sc, ic, ac}
 }

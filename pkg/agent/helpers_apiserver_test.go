@@ -62,7 +62,7 @@ func (f *fakeCheck) set(status check.Status, reason, msg string) {
 
 func allFakeChecks() []*fakeCheck {
 	var out []*fakeCheck
-	for _, n := range []string{check.NameModules, check.NameKubeProxy, check.NameIPVS, check.NameARPSysctls, check.NameARP} {
+	for _, n := range []string{check.NameModules, check.NameKubeProxy, check.NameKubeProxySync, check.NameIPVS, check.NameARPSysctls, check.NameARP} {
 		out = append(out, newFakeCheck(n))
 	}
 	return out

@@ -34,6 +34,12 @@ const (
 	NameARP        = "arp"
 	// NameIPVSDataplane compares the IPVS table with the cluster both ways.
 	NameIPVSDataplane = "ipvs-dataplane"
+	// NameKubeProxySync is kube-proxy's health in every proxy mode: its
+	// sync freshness, failures and full-sync duration.
+	NameKubeProxySync = "kube-proxy-sync"
+	// NameNFTablesDataplane compares kube-proxy's nftables table with the
+	// Services and EndpointSlices (iptables mode: its chains are present).
+	NameNFTablesDataplane = "nftables-dataplane"
 	// NameNFTablesReadiness is the advisory readiness report for kube-proxy's
 	// nftables mode (diagnose --target-mode nftables; the agent's metrics).
 	// It feeds no Node condition.

@@ -4,7 +4,9 @@ package checkset
 
 import (
 	"context"
+
 	"fmt"
+	corev1 "k8s.io/api/core/v1"
 	"math"
 	"time"
 
@@ -25,6 +27,7 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 	"github.com/ipvs-guard/ipvs-guard/pkg/modules"
+	"github.com/ipvs-guard/ipvs-guard/pkg/nftdrift"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nftready"
 )
 
@@ -124,7 +127,8 @@ type Cluster struct {
 	ListTimeout time.Duration
 }
 
-// Build returns the checks in report order: modules, kube-proxy, ipvs,
+// Build returns the checks in report order: modules, kube-proxy,
+// kube-proxy-sync, ipvs,
 // arp-sysctls, arp, ipvs-dataplane, then the advisory checks ipvs-sysctls,
 // conntrack, ipvs-leftovers, and nftables-readiness when TargetMode or
 // ReadinessInterval asks for it. The only I/O it does is the one-shot listing of the
@@ -146,10 +150,16 @@ func Build(ctx context.Context, cfg Config) ([]check.Checker, error) {
 	var b builder
 	b.add(modules.NewChecker(modules.Config{Root: cfg.Root, SchedulerFunc: s.scheduler, Remediate: cfg.Remediate, Loader: cfg.Loader, Distro: s.distro, IPVSUse: s.use.Use}), nil)
 	b.add(kubeproxy.NewChecker(kubeproxy.CheckerConfig{Client: s.kubeProxy, ReadLink: kubeproxy.ReadLink, FallbackVersion: s.kubeProxyVersion, Scheduler: cfg.Scheduler, Distro: s.distro}))
+	// kube-proxy's health in every mode (docs/design.md §3b).
+	b.add(kubeproxy.NewSyncChecker(kubeproxy.SyncCheckerConfig{Client: s.kubeProxy, Distro: s.distro}))
 	b.add(ipvscheck.NewChecker(ipvscheck.Config{IPVS: recent, ReadLink: kubeproxy.ReadLink, KubeProxy: s.kubeProxy, Cluster: s.services, NodeName: cfg.NodeName, Scheduler: s.schedulers.Resolve, Distro: s.distro, Settle: cfg.Settle, IPVSUse: s.use.Use}))
 	b.add(arpsysctl.NewChecker(arpsysctl.Config{Root: cfg.Root, Interfaces: s.interfaces, ReadLink: kubeproxy.ReadLink, LoadBalancerIPs: s.lbIPs, KubeProxy: s.kubeProxy, Distro: s.distro, IPVSUse: s.use.Use}))
 	b.add(arpChecker(ctx, cfg))
 	b.add(dataplaneChecker(cfg, s, recent.Within(dataplaneTableAge)))
+	// kube-proxy's nftables table against the cluster (docs/design.md §3c),
+	// from the same EndpointSlice reader: the full read is shared.
+	b.add(nftdrift.NewChecker(nftdrift.Config{Read: nftdrift.Reader{}.Read, Mode: s.kubeProxy.ProxyMode, Services: s.servicesFunc(),
+		Endpoints: s.endpoints, NodeName: cfg.NodeName, Settle: cfg.Settle}))
 	// The advisory checks (docs/design.md §3b): no Node condition.
 	b.add(ipvssysctl.NewChecker(ipvssysctl.Config{Root: cfg.Root, Timeouts: ipvs.New(cfg.Root), IPVSUse: s.use.Use}), nil)
 	b.add(ipvssysctl.NewConntrackChecker(cfg.Root), nil)
@@ -211,13 +221,9 @@ func dataplaneChecker(cfg Config, s shared, table ipvs.Interface) (check.Checker
 	if !cfg.Root.IsHost() {
 		dc.ConnPath = "/proc/net/ip_vs_conn"
 	}
-	if c := cfg.Cluster; c != nil && c.Client != nil {
+	if s.endpoints != nil {
 		dc.Services = s.services.Services
-		period := time.Duration(0)
-		if c.View != nil {
-			period = ipvsdrift.FullComparisonPeriod
-		}
-		dc.Endpoints = ipvsdrift.NewEndpointReader(c.Client, period)
+		dc.Endpoints = s.endpoints
 	}
 	return ipvsdrift.NewChecker(dc)
 }
@@ -249,6 +255,19 @@ type shared struct {
 	services         ipvscheck.Cluster
 	lbIPs            arpsysctl.LoadBalancerIPs
 	interfaces       []string
+	// endpoints is the one EndpointSlice reader of the data-plane checks
+	// (ipvs-dataplane, nftables-dataplane): in the agent it reads every
+	// EndpointSlice at most once per ipvsdrift.FullComparisonPeriod.
+	endpoints *ipvsdrift.EndpointReader
+}
+
+// servicesFunc returns how the data-plane checks list Services (nil
+// without a cluster).
+func (s shared) servicesFunc() func(context.Context) ([]*corev1.Service, error) {
+	if s.services == nil {
+		return nil
+	}
+	return s.services.Services
 }
 
 func newShared(cfg Config) shared {
@@ -285,6 +304,11 @@ func newShared(cfg Config) shared {
 			s.services = ipvscheck.NewCluster(c.Client)
 		}
 		s.lbIPs = ipvscheck.LoadBalancerIPs(s.services)
+		period := time.Duration(0)
+		if c.View != nil {
+			period = ipvsdrift.FullComparisonPeriod
+		}
+		s.endpoints = ipvsdrift.NewEndpointReader(c.Client, period)
 	}
 	s.schedulers = kubeproxy.NewSchedulerResolver(cfg.Scheduler, sources...)
 	if cfg.ProbeInterface != "" {

@@ -24,7 +24,7 @@ import (
 )
 
 // Reasons of the ipvs-dataplane check (stable: they become reasons of
-// KubeProxyIPVSDegraded).
+// KubeProxyDataplaneDegraded).
 const (
 	ReasonOK                 = "IPVSDataplaneMatchesCluster"
 	ReasonStaleRealServers   = "StaleRealServers"

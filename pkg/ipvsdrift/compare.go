@@ -59,7 +59,7 @@ var Kinds = []string{
 	KindGoneBackendConnections, KindForeignVirtualServer,
 }
 
-// IsProblem reports whether findings of kind make KubeProxyIPVSDegraded
+// IsProblem reports whether findings of kind make KubeProxyDataplaneDegraded
 // True: those that break traffic now (docs/design.md §3b).
 func IsProblem(kind string) bool {
 	switch kind {
@@ -128,7 +128,7 @@ type Finding struct {
 	// ZeroForSeconds is how long the real server has been seen at weight 0
 	// (weight-0 kinds; 0 when unknown, as in a one-shot diagnose).
 	ZeroForSeconds float64 `json:"zeroForSeconds,omitempty"`
-	// Problem is true when the finding makes KubeProxyIPVSDegraded True.
+	// Problem is true when the finding makes KubeProxyDataplaneDegraded True.
 	Problem bool `json:"problem"`
 }
 

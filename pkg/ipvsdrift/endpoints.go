@@ -210,3 +210,15 @@ func endpointSet(sl []Slice, name string, proto corev1.Protocol) map[netip.AddrP
 	}
 	return set
 }
+
+// Programmed returns what kube-proxy 1.37 programs on node for the Service
+// port (portName, proto) of service ("namespace/name") in family v4 (IPv6
+// otherwise): the ready endpoints (only node's own when local), else the
+// serving terminating ones; hinted is true when some endpoint has topology
+// hints (then a missing endpoint is not judged). Every kernel reader (the
+// IPVS table here, kube-proxy's nftables table in pkg/nftdrift) is compared
+// with this one model.
+func (se ServiceEndpoints) Programmed(service, portName string, proto corev1.Protocol, v4, local bool, node string) (want []netip.AddrPort, hinted bool) {
+	b := backendsOf(se[service], portName, proto, v4, local, node)
+	return b.want, b.hinted
+}

@@ -7,10 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"sort"
 	"strings"
-	"time"
 
 	"k8s.io/klog/v2"
 
@@ -47,27 +45,13 @@ type CheckerConfig struct {
 	Scheduler string
 	// Distro words the remediation.
 	Distro distro.Distro
-	// Now is the clock sync freshness is judged by (nil: time.Now).
-	Now func() time.Time
-	// IsLocalAddr reports whether an address is one of this node's, where
-	// kube-proxy's health may be read (nil: the node's interfaces).
-	IsLocalAddr func(netip.Addr) bool
 }
 
-// Checker is the kube-proxy check. Besides the mode, it judges kube-proxy's
-// sync freshness from its /metrics and /livez, and remembers between runs
-// the last sync times it read, so a kube-proxy that stops answering is
-// judged too.
+// Checker is the kube-proxy check: the IPVS prerequisites kube-proxy itself
+// must meet (IPVS mode as configured, kube-ipvs0). kube-proxy's health in
+// every mode is the kube-proxy-sync check's (SyncChecker).
 type Checker struct {
-	cfg   CheckerConfig
-	fresh freshness
-}
-
-func (c *Checker) now() time.Time {
-	if c.cfg.Now != nil {
-		return c.cfg.Now()
-	}
-	return time.Now()
+	cfg CheckerConfig
 }
 
 func sortedStrings(s []string) []string {
@@ -151,14 +135,10 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	logger := klog.FromContext(ctx).WithValues("check", check.NameKubeProxy)
 	mode, err := c.cfg.Client.ProxyMode(ctx)
 	if errors.Is(err, ErrUnreachable) {
-		c.fresh.forget()
 		return check.Skipped(c.Name(), ReasonUnreachable, fmt.Sprintf(
 			"kube-proxy's metrics port %s refuses connections (kube-proxy is not running on this node, is restarting, or serves elsewhere: set --kube-proxy-metrics-address)", c.cfg.Client.Address())), nil
 	}
 	if err != nil {
-		if res := c.silentStall(ctx, err); res != nil {
-			return *res, nil
-		}
 		return check.Result{}, fmt.Errorf("reading kube-proxy's mode: %w", err)
 	}
 	f := Finding{Mode: mode, KubeIPVS0Addresses: []string{}}
@@ -171,7 +151,6 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	} else {
 		logger.V(2).Info("kube-proxy /configz unavailable", "err", cfgErr)
 	}
-	// One read of /metrics serves the version and the sync freshness.
 	metrics, metricsErr := c.cfg.Client.Metrics(ctx)
 	if v, err := c.version(ctx, &f, metrics, metricsErr); err == nil {
 		f.Version = v.String()
@@ -213,21 +192,11 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		res.Message = "kube-proxy runs in IPVS mode but the kube-ipvs0 dummy interface does not exist: kube-proxy cannot bind Service and LoadBalancer IPs (restart kube-proxy on this node and read its log)"
 		res.Remediation = []check.Step{c.cfg.Distro.KubeProxyRestart("read its log for errors creating kube-ipvs0 (the dummy module must be available)")}
 	default:
-		sync, stale := c.syncResult(ctx, cfg, cfgErr, metrics, metricsErr)
-		res.Findings = append(res.Findings, sync...)
-		if stale != "" {
-			res.Status, res.Reason, res.Message = check.StatusProblem, ReasonSyncStale, stale
-			res.Remediation = []check.Step{c.cfg.Distro.KubeProxyRestart("read its log for the sync that hangs or fails")}
-			break
-		}
 		res.Status, res.Reason = check.StatusOK, ReasonIPVSMode
 		res.Message = f.settings() + ", kube-ipvs0 present"
 		if f.Notice != "" {
 			res.Message += ". " + f.Notice
 		}
-	}
-	if res.Status != check.StatusOK && res.Reason != ReasonSyncStale {
-		c.fresh.forget()
 	}
 	return res, nil
 }

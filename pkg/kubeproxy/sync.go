@@ -35,6 +35,14 @@ const (
 	metricLastQueued     = "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds"
 	metricServicePending = "kubeproxy_sync_proxy_rules_service_changes_pending"
 	metricEndpointPend   = "kubeproxy_sync_proxy_rules_endpoint_changes_pending"
+	// The failures kube-proxy counts but its /healthz ignores: a failed
+	// nftables transaction or iptables-restore run, and a failed removal
+	// of stale nftables chains (per ip_family).
+	metricNFTablesSyncFailures    = "kubeproxy_sync_proxy_rules_nftables_sync_failures_total"
+	metricIPTablesRestoreFailures = "kubeproxy_sync_proxy_rules_iptables_restore_failures_total"
+	metricNFTablesCleanupFailures = "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total"
+	// metricFullSyncDuration is the histogram of full syncs' durations.
+	metricFullSyncDuration = "kubeproxy_sync_full_proxy_rules_duration_seconds"
 )
 
 // Duration is a kube-proxy configuration duration as /configz serves it:
@@ -70,21 +78,42 @@ func parseDuration(b []byte) (time.Duration, bool) {
 }
 
 // HealthTimeout returns how old a queued, unsynced update may get before
-// kube-proxy's own /healthz fails: twice its sync period
-// (cmd/kube-proxy/app/server.go: NewProxyHealthServer(…, 2*config.SyncPeriod)).
-// In IPVS mode the sync period is ipvs.syncPeriod (v1alpha1, served from
-// Kubernetes 1.36), else the internal struct's top-level SyncPeriod (up to
-// 1.35), else kube-proxy's default of 30s (also when /configz gives one
-// that is not a duration: see HealthTimeoutNote).
+// kube-proxy's own /healthz fails, in the mode c configures
+// (HealthTimeoutFor(c.EffectiveMode())).
 func (c Config) HealthTimeout() time.Duration {
-	p := time.Duration(c.IPVS.SyncPeriod)
+	return c.HealthTimeoutFor(c.EffectiveMode())
+}
+
+// HealthTimeoutFor returns kube-proxy's health timeout while it runs in
+// mode: twice its sync period (cmd/kube-proxy/app/server.go:
+// NewProxyHealthServer(…, 2*config.SyncPeriod)).
+func (c Config) HealthTimeoutFor(mode string) time.Duration {
+	return 2 * c.SyncPeriodFor(mode)
+}
+
+// SyncPeriodFor returns the sync period of kube-proxy's proxier in mode: the
+// mode's own section of the v1alpha1 configuration (ipvs.syncPeriod,
+// nftables.syncPeriod, iptables.syncPeriod; served from Kubernetes 1.36,
+// where the flag --iptables-sync-period feeds both non-IPVS modes), else
+// the internal struct's top-level SyncPeriod (up to 1.35), else
+// kube-proxy's default of 30s.
+func (c Config) SyncPeriodFor(mode string) time.Duration {
+	var p time.Duration
+	switch mode {
+	case ModeIPVS:
+		p = time.Duration(c.IPVS.SyncPeriod)
+	case ModeNFTables:
+		p = time.Duration(c.NFTables.SyncPeriod)
+	case ModeIPTables:
+		p = time.Duration(c.IPTables.SyncPeriod)
+	}
 	if p <= 0 {
 		p = time.Duration(c.SyncPeriod)
 	}
 	if p <= 0 {
 		p = DefaultSyncPeriod
 	}
-	return 2 * p
+	return p
 }
 
 // HealthTimeoutNote says why HealthTimeout is kube-proxy's default when
@@ -173,6 +202,15 @@ type FamilySync struct {
 	// LastQueued is when a sync was last queued (a Service or endpoint
 	// change seen; zero: never).
 	LastQueued time.Time
+	// TxFailures is how many of the proxier's rule transactions failed since
+	// kube-proxy started: nftables transactions in nftables mode,
+	// iptables-restore runs in iptables mode (0 when never, or not counted).
+	TxFailures float64
+	// CleanupFailures is how many removals of stale nftables chains failed.
+	CleanupFailures float64
+	// FullSyncs and FullSyncSeconds are the count and the sum of the full
+	// syncs' durations since kube-proxy started.
+	FullSyncs, FullSyncSeconds float64
 }
 
 // Pending reports whether a sync was queued after the last successful one.
@@ -224,6 +262,28 @@ func ParseSyncMetricsContext(ctx context.Context, r io.Reader) (SyncMetrics, err
 	if mfs[metricLastSync] == nil {
 		return SyncMetrics{}, ErrNoSyncMetrics
 	}
+	// Counters of a family with no sync metric describe no proxier: they
+	// are left out rather than inventing one.
+	perCount := func(name string, set func(*FamilySync, *dto.Metric)) {
+		for _, s := range mfs[name].GetMetric() {
+			fam := label(s, "ip_family")
+			if fam == "" {
+				fam = "IPv4"
+			}
+			if fs, ok := m.Families[fam]; ok {
+				set(&fs, s)
+				m.Families[fam] = fs
+			}
+		}
+	}
+	perCount(metricNFTablesSyncFailures, func(f *FamilySync, s *dto.Metric) { f.TxFailures += count(value(s)) })
+	perCount(metricIPTablesRestoreFailures, func(f *FamilySync, s *dto.Metric) { f.TxFailures += count(value(s)) })
+	perCount(metricNFTablesCleanupFailures, func(f *FamilySync, s *dto.Metric) { f.CleanupFailures += count(value(s)) })
+	perCount(metricFullSyncDuration, func(f *FamilySync, s *dto.Metric) {
+		if h := s.GetHistogram(); h != nil {
+			f.FullSyncs, f.FullSyncSeconds = count(float64(h.GetSampleCount())), count(h.GetSampleSum())
+		}
+	})
 	for name, dst := range map[string]*float64{metricServicePending: &m.ServiceChangesPending, metricEndpointPend: &m.EndpointChangesPending} {
 		if mf := mfs[name]; mf != nil && len(mf.GetMetric()) > 0 {
 			if v := value(mf.GetMetric()[0]); v >= 0 && !math.IsInf(v, 0) {
@@ -253,6 +313,14 @@ func value(m *dto.Metric) float64 {
 		return m.GetCounter().GetValue()
 	}
 	return math.NaN()
+}
+
+// count returns v as a count: NaN, infinite and negative values are 0.
+func count(v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		return 0
+	}
+	return v
 }
 
 // unixTime converts a Unix time in seconds; zero, negative, NaN and values

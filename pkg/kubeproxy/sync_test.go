@@ -261,18 +261,18 @@ func TestCheckerSyncFreshness(t *testing.T) {
 		steps []step
 	}{
 		{name: "fresh", steps: []step{{lastSync: ago(3 * time.Second), lastQ: ago(4 * time.Second), livez: 200, healthy: true, at: now,
-			wantStatus: check.StatusOK, wantReason: ReasonIPVSMode}}},
+			wantStatus: check.StatusOK, wantReason: ReasonSyncing}}},
 		{name: "kube-proxy's own /livez says unhealthy", steps: []step{{lastSync: ago(25 * time.Second), lastQ: ago(22 * time.Second), livez: 503, at: now,
 			wantStatus: check.StatusProblem, wantReason: ReasonSyncStale, wantMsg: []string{"IPv4 rules not synced since " + ago(25*time.Second).UTC().Format(time.RFC3339), "25s when detected", "own /livez", "health timeout of 20s"}}}},
 		{name: "no healthz server: metrics decide; the message keeps the first duration", steps: []step{
 			{lastSync: ago(30 * time.Second), lastQ: ago(2 * time.Second), at: now, wantStatus: check.StatusProblem, wantReason: ReasonSyncStale, wantMsg: []string{"30s when detected", "/metrics"}},
 			{lastSync: ago(30 * time.Second), lastQ: ago(2 * time.Second), at: now.Add(10 * time.Second), wantStatus: check.StatusProblem, wantReason: ReasonSyncStale, wantMsg: []string{"30s when detected"}},
-			{lastSync: now.Add(9 * time.Second), lastQ: ago(2 * time.Second), at: now.Add(10 * time.Second), wantStatus: check.StatusOK, wantReason: ReasonIPVSMode},
+			{lastSync: now.Add(9 * time.Second), lastQ: ago(2 * time.Second), at: now.Add(10 * time.Second), wantStatus: check.StatusOK, wantReason: ReasonSyncing},
 		}},
 		{name: "stopped (SIGSTOP): unknown until the last sync is a timeout old, then stale", steps: []step{
-			{lastSync: ago(2 * time.Second), lastQ: ago(3 * time.Second), livez: 200, healthy: true, at: now, wantStatus: check.StatusOK, wantReason: ReasonIPVSMode},
+			{lastSync: ago(2 * time.Second), lastQ: ago(3 * time.Second), livez: 200, healthy: true, at: now, wantStatus: check.StatusOK, wantReason: ReasonSyncing},
 			{stop: true, at: now.Add(10 * time.Second), wantErr: true},
-			{stop: true, at: now.Add(19 * time.Second), wantStatus: check.StatusProblem, wantReason: ReasonSyncStale, wantMsg: []string{"has not answered since", "not synced IPVS rules since " + ago(2*time.Second).UTC().Format(time.RFC3339), "21s when detected", "health timeout of 20s"}},
+			{stop: true, at: now.Add(19 * time.Second), wantStatus: check.StatusProblem, wantReason: ReasonSyncStale, wantMsg: []string{"has not answered since", "not synced ipvs rules since " + ago(2*time.Second).UTC().Format(time.RFC3339), "21s when detected", "health timeout of 20s"}},
 		}},
 	}
 	tests = append(tests,
@@ -287,14 +287,14 @@ func TestCheckerSyncFreshness(t *testing.T) {
 			name  string
 			steps []step
 		}{name: "update pending for a whole timeout, but kube-proxy's /livez says healthy: kube-proxy's verdict", steps: []step{
-			{lastSync: ago(21 * time.Second), lastQ: ago(1 * time.Second), livez: 200, healthy: true, at: now, wantStatus: check.StatusOK, wantReason: ReasonIPVSMode},
+			{lastSync: ago(21 * time.Second), lastQ: ago(1 * time.Second), livez: 200, healthy: true, at: now, wantStatus: check.StatusOK, wantReason: ReasonSyncing},
 		}},
 	)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			fk := newFakeSyncKubeProxy(t, "10s")
 			var clock time.Time
-			c, err := NewChecker(CheckerConfig{Client: NewClient(fk.addr, 300*time.Millisecond), ReadLink: links(true, "10.96.0.1"), Now: func() time.Time { return clock }})
+			c, err := NewSyncChecker(SyncCheckerConfig{Client: NewClient(fk.addr, 300*time.Millisecond), Now: func() time.Time { return clock }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -333,7 +333,7 @@ func TestCheckerSyncFreshness(t *testing.T) {
 // finding; it never flips the condition.
 func TestCheckerSyncMetricsUnreadable(t *testing.T) {
 	srv := fakeKubeProxy(t, "ipvs", "testdata/configz-ipvs-lc.json")
-	c, err := NewChecker(CheckerConfig{Client: NewClient(strings.TrimPrefix(srv.URL, "http://"), time.Second), ReadLink: links(true, "10.96.0.1")})
+	c, err := NewSyncChecker(SyncCheckerConfig{Client: NewClient(strings.TrimPrefix(srv.URL, "http://"), time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,8 +341,8 @@ func TestCheckerSyncMetricsUnreadable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Status != check.StatusOK || res.Reason != ReasonIPVSMode {
-		t.Fatalf("got %s/%s (%s), want ok/%s", res.Status, res.Reason, res.Message, ReasonIPVSMode)
+	if res.Status != check.StatusOK || res.Reason != ReasonSyncing {
+		t.Fatalf("got %s/%s (%s), want ok/%s", res.Status, res.Reason, res.Message, ReasonSyncing)
 	}
 	var found bool
 	for _, f := range res.Findings {

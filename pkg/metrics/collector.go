@@ -266,7 +266,7 @@ func newCollector(snapshot func() Snapshot, info version.Info) *Collector {
 			"Duration of the latest check run, including any remediation, by check.",
 			"check"),
 		ipvsDriftFindings: d("ipvs", "drift_findings",
-			"Divergences between the IPVS table and the cluster after the settle grace, by kind: stale-real-server, missing-real-server, stuck-weight-zero (these make KubeProxyIPVSDegraded True), ghost-virtual-server, ghost-address, weight-zero-leftover, connections-to-gone-backend, foreign-virtual-server (advisories).",
+			"Divergences between the IPVS table and the cluster after the settle grace, by kind: stale-real-server, missing-real-server, stuck-weight-zero (these make KubeProxyDataplaneDegraded True), ghost-virtual-server, ghost-address, weight-zero-leftover, connections-to-gone-backend, foreign-virtual-server (advisories).",
 			"kind"),
 		ipvsGoneConnections: d("ipvs", "gone_backend_connections",
 			"IPVS connection entries of a Service's virtual servers whose real server is no endpoint of the Service any more, by Service (namespace/name) and protocol.",

@@ -22,8 +22,14 @@ const (
 	IPVSModulesMissing ConditionType = "IPVSModulesMissing"
 	// KubeProxyIPVSDegraded is True when kube-proxy is not in IPVS mode though
 	// configured for it, kube-ipvs0 is missing, VIPs lack virtual servers or
-	// the scheduler does not match.
+	// the scheduler does not match: the IPVS prerequisites.
 	KubeProxyIPVSDegraded ConditionType = "KubeProxyIPVSDegraded"
+	// KubeProxyDataplaneDegraded is True, in every proxy mode, when
+	// kube-proxy has stopped syncing its rules, its transactions keep
+	// failing or its full syncs outlast its sync period, or its programmed
+	// rules (the IPVS table's real servers, the nftables table) differ from
+	// the Services and EndpointSlices.
+	KubeProxyDataplaneDegraded ConditionType = "KubeProxyDataplaneDegraded"
 	// StrictARPDisabled is True when LoadBalancer IPs sit on kube-ipvs0 and
 	// arp_ignore/arp_announce let this node answer ARP for them.
 	StrictARPDisabled ConditionType = "StrictARPDisabled"
@@ -34,7 +40,7 @@ const (
 
 // AllConditionTypes lists every owned condition type in publishing order.
 func AllConditionTypes() []ConditionType {
-	return []ConditionType{IPVSModulesMissing, KubeProxyIPVSDegraded, StrictARPDisabled, LoadBalancerARPFailing}
+	return []ConditionType{IPVSModulesMissing, KubeProxyIPVSDegraded, KubeProxyDataplaneDegraded, StrictARPDisabled, LoadBalancerARPFailing}
 }
 
 // Status is a condition's status. True means a problem.

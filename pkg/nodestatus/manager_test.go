@@ -108,7 +108,7 @@ func TestManagerInitialWriteKeepsKubeletConditions(t *testing.T) {
 		got = append(got, string(c.Type)+"="+string(c.Status))
 	}
 	slices.Sort(got)
-	want := []string{"IPVSModulesMissing=False", "KubeProxyIPVSDegraded=False", "LoadBalancerARPFailing=False", "Ready=True", "StrictARPDisabled=False"}
+	want := []string{"IPVSModulesMissing=False", "KubeProxyDataplaneDegraded=False", "KubeProxyIPVSDegraded=False", "LoadBalancerARPFailing=False", "Ready=True", "StrictARPDisabled=False"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("conditions (-want +got):\n%s", diff)
 	}

@@ -35,7 +35,9 @@ func ChecksFor(t ConditionType) []string {
 	case IPVSModulesMissing:
 		return []string{check.NameModules}
 	case KubeProxyIPVSDegraded:
-		return []string{check.NameKubeProxy, check.NameIPVS, check.NameIPVSDataplane}
+		return []string{check.NameKubeProxy, check.NameIPVS}
+	case KubeProxyDataplaneDegraded:
+		return []string{check.NameKubeProxySync, check.NameIPVSDataplane, check.NameNFTablesDataplane}
 	case StrictARPDisabled:
 		return []string{check.NameARPSysctls}
 	case LoadBalancerARPFailing:
@@ -60,10 +62,12 @@ func ChecksFor(t ConditionType) []string {
 //     node unhealthy (docs/design.md §8), and Unknown would page on every node
 //     without LoadBalancer IPs.
 //
-// KubeProxyIPVSDegraded combines the kube-proxy and ipvs checks: the worst
-// status wins (problem > error > ok > skipped > not yet checked); its reason
-// is the first such result's reason (kube-proxy before ipvs) and its message
-// joins the messages of every result with that status.
+// A condition fed by several checks (KubeProxyIPVSDegraded: kube-proxy and
+// ipvs; KubeProxyDataplaneDegraded: kube-proxy-sync, ipvs-dataplane and
+// nftables-dataplane) combines them: the worst status wins (problem > error
+// > ok > skipped > not yet checked); its reason is the first such result's
+// reason (in ChecksFor's order) and its message joins the messages of every
+// result with that status.
 func Conditions(results []check.Result, enabled []string) []Condition {
 	byName := make(map[string]check.Result, len(results))
 	for _, r := range results {

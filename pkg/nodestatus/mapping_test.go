@@ -13,7 +13,7 @@ import (
 )
 
 func TestConditions(t *testing.T) {
-	all := []string{check.NameModules, check.NameKubeProxy, check.NameIPVS, check.NameARPSysctls, check.NameARP}
+	all := []string{check.NameModules, check.NameKubeProxy, check.NameKubeProxySync, check.NameIPVS, check.NameARPSysctls, check.NameARP}
 	tests := []struct {
 		name    string
 		results []check.Result
@@ -39,6 +39,7 @@ func TestConditions(t *testing.T) {
 			want: []Condition{
 				{Type: IPVSModulesMissing, Status: StatusUnknown, Reason: ReasonNotYetChecked, Message: "ipvs-guard has not finished checking modules yet."},
 				{Type: KubeProxyIPVSDegraded, Status: StatusUnknown, Reason: ReasonNotYetChecked, Message: "ipvs-guard has not finished checking kube-proxy and ipvs yet."},
+				{Type: KubeProxyDataplaneDegraded, Status: StatusUnknown, Reason: ReasonNotYetChecked, Message: "ipvs-guard has not finished checking kube-proxy-sync yet."},
 				{Type: StrictARPDisabled, Status: StatusUnknown, Reason: ReasonNotYetChecked, Message: "ipvs-guard has not finished checking arp-sysctls yet."},
 				{Type: LoadBalancerARPFailing, Status: StatusUnknown, Reason: ReasonNotYetChecked, Message: "ipvs-guard has not finished checking arp yet."},
 			},
@@ -61,7 +62,23 @@ func TestConditions(t *testing.T) {
 			name:    "nothing run yet: the message names the enabled checks only",
 			enabled: []string{check.NameKubeProxy, check.NameIPVS, check.NameIPVSDataplane},
 			want: []Condition{
-				{Type: KubeProxyIPVSDegraded, Status: StatusUnknown, Reason: ReasonNotYetChecked, Message: "ipvs-guard has not finished checking kube-proxy, ipvs and ipvs-dataplane yet."},
+				{Type: KubeProxyIPVSDegraded, Status: StatusUnknown, Reason: ReasonNotYetChecked, Message: "ipvs-guard has not finished checking kube-proxy and ipvs yet."},
+				{Type: KubeProxyDataplaneDegraded, Status: StatusUnknown, Reason: ReasonNotYetChecked, Message: "ipvs-guard has not finished checking ipvs-dataplane yet."},
+			},
+		},
+		{
+			name:    "nftables mode: the IPVS prerequisites do not apply, kube-proxy's data plane does",
+			enabled: []string{check.NameKubeProxy, check.NameKubeProxySync, check.NameIPVS, check.NameIPVSDataplane, check.NameNFTablesDataplane},
+			results: []check.Result{
+				{Name: check.NameKubeProxy, Status: check.StatusSkipped, Reason: check.ReasonIPVSNotInUse, Message: "kube-proxy runs in nftables mode, as configured: the IPVS prerequisites do not apply"},
+				{Name: check.NameIPVS, Status: check.StatusSkipped, Reason: check.ReasonIPVSNotInUse, Message: "kube-proxy runs in nftables mode, as configured: the IPVS prerequisites do not apply"},
+				{Name: check.NameIPVSDataplane, Status: check.StatusSkipped, Reason: check.ReasonIPVSNotInUse, Message: "kube-proxy runs in nftables mode, as configured: the IPVS prerequisites do not apply"},
+				{Name: check.NameKubeProxySync, Status: check.StatusOK, Reason: "KubeProxySyncing", Message: "kube-proxy (nftables mode) syncs its rules within its health timeout of 1m0s"},
+				{Name: check.NameNFTablesDataplane, Status: check.StatusProblem, Reason: "NFTablesTableMissing", Message: "kube-proxy's table ip kube-proxy is missing."},
+			},
+			want: []Condition{
+				{Type: KubeProxyIPVSDegraded, Status: StatusFalse, Reason: check.ReasonIPVSNotInUse, Message: "Nothing to check: kube-proxy runs in nftables mode, as configured: the IPVS prerequisites do not apply"},
+				{Type: KubeProxyDataplaneDegraded, Status: StatusTrue, Reason: "NFTablesTableMissing", Message: "kube-proxy's table ip kube-proxy is missing."},
 			},
 		},
 		{

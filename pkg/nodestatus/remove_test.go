@@ -33,8 +33,8 @@ func TestRemove(t *testing.T) {
 		wantErrString string
 	}{
 		{
-			name:         "all four conditions and the annotation go, others stay",
-			conditions:   []corev1.NodeCondition{cond("Ready"), cond("IPVSModulesMissing"), cond("KubeProxyIPVSDegraded"), cond("StrictARPDisabled"), cond("LoadBalancerARPFailing"), cond("MemoryPressure")},
+			name:         "all five conditions and the annotation go, others stay",
+			conditions:   []corev1.NodeCondition{cond("Ready"), cond("IPVSModulesMissing"), cond("KubeProxyIPVSDegraded"), cond("KubeProxyDataplaneDegraded"), cond("StrictARPDisabled"), cond("LoadBalancerARPFailing"), cond("MemoryPressure")},
 			annotations:  map[string]string{mine: "eth0=aa:bb:cc:dd:ee:ff", "other.io/x": "y"},
 			wantTypes:    []corev1.NodeConditionType{"Ready", "MemoryPressure"},
 			wantAnns:     map[string]string{"other.io/x": "y"},

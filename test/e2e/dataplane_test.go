@@ -40,7 +40,7 @@ func (e *e2e) scenarioDataplane() {
 }
 
 // scenarioStaleAndMissingRealServers: kube-proxy stopped, a real server
-// added and kube-proxy's own deleted with ipvsadm: KubeProxyIPVSDegraded
+// added and kube-proxy's own deleted with ipvsadm: KubeProxyDataplaneDegraded
 // True (StaleRealServers), both counted; kube-proxy resumed: False.
 func (e *e2e) scenarioStaleAndMissingRealServers() {
 	t, ctx := e.t, e.ctx
@@ -58,30 +58,30 @@ func (e *e2e) scenarioStaleAndMissingRealServers() {
 	missing := "ready endpoint " + dpEndpoint + ":8080 of default/dp has no real server"
 	// The message, not only the reason: a check before this one (kube-proxy
 	// stopped) may give the condition its reason too.
-	e.pollFor(dataplaneWait, "KubeProxyIPVSDegraded=True naming the stale and the missing real server", func() (bool, string) {
-		c := e.condition("KubeProxyIPVSDegraded")
+	e.pollFor(dataplaneWait, "KubeProxyDataplaneDegraded=True naming the stale and the missing real server", func() (bool, string) {
+		c := e.condition("KubeProxyDataplaneDegraded")
 		return c.Status == corev1.ConditionTrue && strings.Contains(c.Message, stale) && strings.Contains(c.Message, missing),
 			fmt.Sprintf("%s (%s) %q", c.Status, c.Reason, c.Message)
 	})
 	took := time.Since(faultAt)
-	c := e.condition("KubeProxyIPVSDegraded")
+	c := e.condition("KubeProxyDataplaneDegraded")
 	table := e.g.run(ctx, t, `ipvsadm -Ln -t `+dpClusterIP+`:80`)
 	if !strings.Contains(table, dpForeignRS+":8080") || strings.Contains(table, dpEndpoint+":8080") {
 		t.Errorf("ipvsadm -Ln at the same moment disagrees with the verdict:\n%s", table)
 	}
-	e.tl.say("KubeProxyIPVSDegraded=True (%s) %.0f s after the fault: %q", c.Reason, took.Seconds(), c.Message)
+	e.tl.say("KubeProxyDataplaneDegraded=True (%s) %.0f s after the fault: %q", c.Reason, took.Seconds(), c.Message)
 	e.tl.detail("ipvsadm -Ln -t %s:80 at that moment:\n%s", dpClusterIP, strings.TrimSpace(table))
-	e.figures = append(e.figures, fmt.Sprintf("stale and missing real servers (ipvsadm) → KubeProxyIPVSDegraded=True: %.0f s (settle 30 s + a confirming read, resync %s)", took.Seconds(), resync))
+	e.figures = append(e.figures, fmt.Sprintf("stale and missing real servers (ipvsadm) → KubeProxyDataplaneDegraded=True: %.0f s (settle 30 s + a confirming read, resync %s)", took.Seconds(), resync))
 	e.waitMetric("ipvs_guard_ipvs_drift_findings", map[string]string{"kind": "stale-real-server"}, 1)
 	e.waitMetric("ipvs_guard_ipvs_drift_findings", map[string]string{"kind": "missing-real-server"}, 1)
 
 	e.g.run(ctx, t, `kill -CONT $(pidof kube-proxy)`)
 	e.tl.say("kube-proxy resumed (SIGCONT)")
-	e.pollFor(dataplaneWait, "KubeProxyIPVSDegraded=False once kube-proxy resynced", func() (bool, string) {
-		c := e.condition("KubeProxyIPVSDegraded")
+	e.pollFor(dataplaneWait, "KubeProxyDataplaneDegraded=False once kube-proxy resynced", func() (bool, string) {
+		c := e.condition("KubeProxyDataplaneDegraded")
 		return c.Status == corev1.ConditionFalse, fmt.Sprintf("%s (%s) %q", c.Status, c.Reason, c.Message)
 	})
-	e.tl.say("kube-proxy's next sync put the table back: KubeProxyIPVSDegraded=False; ipvsadm -Ln -t %s:80: %s", dpClusterIP,
+	e.tl.say("kube-proxy's next sync put the table back: KubeProxyDataplaneDegraded=False; ipvsadm -Ln -t %s:80: %s", dpClusterIP,
 		strings.Join(strings.Fields(e.g.run(ctx, t, `ipvsadm -Ln -t `+dpClusterIP+`:80 | tail -n +4`)), " "))
 }
 
@@ -121,8 +121,8 @@ func (e *e2e) scenarioGhostVirtualServer() {
 	if !strings.Contains(now, dpClusterIP+":80") || !strings.Contains(now, "inet "+dpClusterIP+"/") {
 		t.Errorf("ipvsadm and kube-ipvs0 at the same moment show no ghost:\n%s", now)
 	}
-	if c := e.condition("KubeProxyIPVSDegraded"); strings.Contains(c.Message, "belongs to no Service") || strings.Contains(c.Message, "is no Service's VIP") {
-		t.Errorf("a ghost is an advisory, but KubeProxyIPVSDegraded names it: %s (%s) %q", c.Status, c.Reason, c.Message)
+	if c := e.condition("KubeProxyDataplaneDegraded"); strings.Contains(c.Message, "belongs to no Service") || strings.Contains(c.Message, "is no Service's VIP") {
+		t.Errorf("a ghost is an advisory, but KubeProxyDataplaneDegraded names it: %s (%s) %q", c.Status, c.Reason, c.Message)
 	}
 	e.tl.say("ghosts counted %.0f s after the delete (an advisory: no condition names them); at that moment:", took.Seconds())
 	e.tl.detail("%s", strings.TrimSpace(now))

@@ -25,7 +25,7 @@ const stallClusterIP = "10.96.0.80"
 // is created. Before: the agent reads kube-proxy's real /metrics and /livez
 // (sync fresh, health timeout 2 × --ipvs-sync-period). Stopped: its metrics
 // port accepts connections and never answers; once the last sync it
-// reported is a health timeout old, KubeProxyIPVSDegraded=True
+// reported is a health timeout old, KubeProxyDataplaneDegraded=True
 // (KubeProxySyncStale) naming since when, while `ipvsadm -Ln` indeed lacks
 // the new Service. SIGCONT: kube-proxy programs it and the condition goes
 // back to False.
@@ -35,7 +35,7 @@ func (e *e2e) scenarioKubeProxyStall() {
 	timeout := 2 * kpSyncPeriod
 	e.waitMetric("ipvs_guard_kube_proxy_health_timeout_seconds", nil, timeout.Seconds())
 	e.waitMetric("ipvs_guard_kube_proxy_sync_stale", map[string]string{"ip_family": "IPv4"}, 0)
-	e.waitCondition("KubeProxyIPVSDegraded", corev1.ConditionFalse, "")
+	e.waitCondition("KubeProxyDataplaneDegraded", corev1.ConditionFalse, "")
 	e.tl.say("the agent reads kube-proxy's /metrics and /livez: IPv4 rules fresh, health timeout %s (2 × --ipvs-sync-period=%s)", timeout, kpSyncPeriod)
 	// What the real kube-proxy leaves for the advisory check: the IPVS
 	// sysctls as it sets them, and only IPVS's default TCP timeout (900 s)
@@ -58,11 +58,11 @@ func (e *e2e) scenarioKubeProxyStall() {
 	}
 	e.tl.say("created default/stall (ClusterIP %s) while kube-proxy is stopped", stallClusterIP)
 
-	c := e.waitCondition("KubeProxyIPVSDegraded", corev1.ConditionTrue, "KubeProxySyncStale")
+	c := e.waitCondition("KubeProxyDataplaneDegraded", corev1.ConditionTrue, "KubeProxySyncStale")
 	detected := time.Since(stopped)
-	for _, s := range []string{"not synced IPVS rules since", "health timeout of " + timeout.String(), "has not answered since"} {
+	for _, s := range []string{"not synced ipvs rules since", "health timeout of " + timeout.String(), "has not answered since"} {
 		if !strings.Contains(c.Message, s) {
-			t.Errorf("KubeProxyIPVSDegraded message lacks %q: %q", s, c.Message)
+			t.Errorf("KubeProxyDataplaneDegraded message lacks %q: %q", s, c.Message)
 		}
 	}
 	// The verdict against the table of the same moment.
@@ -70,20 +70,20 @@ func (e *e2e) scenarioKubeProxyStall() {
 		t.Errorf("ipvsadm -Ln has %s while kube-proxy is stopped (exit %d, %v)", stallClusterIP, code, err)
 	}
 	e.waitMetric("ipvs_guard_kube_proxy_sync_stale", map[string]string{"ip_family": "IPv4"}, 1)
-	e.tl.say("KubeProxyIPVSDegraded=True (KubeProxySyncStale) %.1fs after SIGSTOP (health timeout %s, agent resync %s): %q",
+	e.tl.say("KubeProxyDataplaneDegraded=True (KubeProxySyncStale) %.1fs after SIGSTOP (health timeout %s, agent resync %s): %q",
 		detected.Seconds(), timeout, resync, c.Message)
 	e.tl.say("ipvsadm -Ln has no virtual server for %s; ipvs_guard_kube_proxy_sync_stale{ip_family=\"IPv4\"} 1", stallClusterIP)
-	e.figures = append(e.figures, fmt.Sprintf("kube-proxy SIGSTOP → KubeProxyIPVSDegraded=True (KubeProxySyncStale): %.1fs (kube-proxy's health timeout %s; agent resync %s)",
+	e.figures = append(e.figures, fmt.Sprintf("kube-proxy SIGSTOP → KubeProxyDataplaneDegraded=True (KubeProxySyncStale): %.1fs (kube-proxy's health timeout %s; agent resync %s)",
 		detected.Seconds(), timeout, resync))
 
 	e.g.run(ctx, t, `kill -CONT $(kp_pid)`)
 	resumed := time.Now()
 	e.g.run(ctx, t, `kp_wait_table 120 `+stallClusterIP)
 	programmed := time.Since(resumed)
-	e.waitCondition("KubeProxyIPVSDegraded", corev1.ConditionFalse, "")
+	e.waitCondition("KubeProxyDataplaneDegraded", corev1.ConditionFalse, "")
 	back := time.Since(resumed)
-	e.tl.say("SIGCONT: kube-proxy programmed %s %.1fs later; KubeProxyIPVSDegraded=False %.1fs after SIGCONT", stallClusterIP, programmed.Seconds(), back.Seconds())
-	e.figures = append(e.figures, fmt.Sprintf("kube-proxy SIGCONT → KubeProxyIPVSDegraded=False: %.1fs (table programmed after %.1fs)", back.Seconds(), programmed.Seconds()))
+	e.tl.say("SIGCONT: kube-proxy programmed %s %.1fs later; KubeProxyDataplaneDegraded=False %.1fs after SIGCONT", stallClusterIP, programmed.Seconds(), back.Seconds())
+	e.figures = append(e.figures, fmt.Sprintf("kube-proxy SIGCONT → KubeProxyDataplaneDegraded=False: %.1fs (table programmed after %.1fs)", back.Seconds(), programmed.Seconds()))
 	if err := deleteService(ctx, e.cs, "default", "stall"); err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 )
 
 // ownedConditions are the Node condition types ipvs-guard publishes (docs/design.md §4).
-var ownedConditions = []string{"IPVSModulesMissing", "KubeProxyIPVSDegraded", "StrictARPDisabled", "LoadBalancerARPFailing"}
+var ownedConditions = []string{"IPVSModulesMissing", "KubeProxyIPVSDegraded", "KubeProxyDataplaneDegraded", "StrictARPDisabled", "LoadBalancerARPFailing"}
 
 // timeline prints what happens, as it happens, with the time since the
 // start: the test's steps, and every change of ipvs-guard's Node conditions

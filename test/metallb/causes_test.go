@@ -383,7 +383,7 @@ func agentState(n *corev1.Node) string {
 	var own []corev1.NodeCondition
 	for _, cd := range n.Status.Conditions {
 		switch cd.Type {
-		case "IPVSModulesMissing", "KubeProxyIPVSDegraded", "StrictARPDisabled", "LoadBalancerARPFailing":
+		case "IPVSModulesMissing", "KubeProxyIPVSDegraded", "KubeProxyDataplaneDegraded", "StrictARPDisabled", "LoadBalancerARPFailing":
 			own = append(own, cd)
 		}
 	}

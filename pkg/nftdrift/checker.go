@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package nftdrift
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvsdrift"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
+)
+
+// Reasons of the nftables-dataplane check (stable: reasons of the
+// KubeProxyDataplaneDegraded condition).
+const (
+	ReasonOK               = "NFTablesDataplaneMatchesCluster"
+	ReasonNotNFTables      = "NFTablesNotInUse"
+	ReasonTableMissing     = "NFTablesTableMissing"
+	ReasonObjectsMissing   = "NFTablesObjectsMissing"
+	ReasonServiceIPMissing = "NFTablesServiceIPMissing"
+	ReasonRejected         = "NFTablesServiceRejected"
+	ReasonStaleEndpoints   = "NFTablesStaleEndpoints"
+	ReasonMissingEndpoints = "NFTablesMissingEndpoints"
+	ReasonNoKubeconfig     = "NoKubeconfig"
+	ReasonUnreachable      = kubeproxy.ReasonUnreachable
+)
+
+// reasonOf is each kind's reason, worst first.
+var reasonOf = []struct{ kind, reason string }{
+	{KindTableMissing, ReasonTableMissing},
+	{KindObjectMissing, ReasonObjectsMissing},
+	{KindServiceIPMissing, ReasonServiceIPMissing},
+	{KindWrongChain, ReasonServiceIPMissing},
+	{KindNodePortMissing, ReasonServiceIPMissing},
+	{KindRejected, ReasonRejected},
+	{KindStaleEndpoint, ReasonStaleEndpoints},
+	{KindMissingEndpoint, ReasonMissingEndpoints},
+}
+
+// Config builds the checker.
+type Config struct {
+	// Read reads kube-proxy's tables (Reader.Read).
+	Read func() ([]Table, error)
+	// Mode returns the mode kube-proxy runs in (its /proxyMode).
+	Mode func(ctx context.Context) (string, error)
+	// Services lists every Service; nil: only the table's presence is judged.
+	Services func(ctx context.Context) ([]*corev1.Service, error)
+	// Endpoints reads the EndpointSlices' summary (ipvsdrift's reader); nil
+	// judges no endpoint.
+	Endpoints ipvsdrift.Endpoints
+	// NodeName is this node's name.
+	NodeName string
+	// Settle holds findings back until they persisted (the agent); nil
+	// reports at once (diagnose).
+	Settle *check.Settler
+}
+
+// Checker is the nftables-dataplane check.
+type Checker struct {
+	cfg Config
+	// lastMode is the mode kube-proxy last reported: a kube-proxy that
+	// stops answering (stopped, hung) has not changed its mode, and its
+	// table is then what matters most.
+	lastMode string
+}
+
+var _ check.Checker = (*Checker)(nil)
+
+// NewChecker returns the nftables-dataplane checker.
+func NewChecker(cfg Config) (*Checker, error) {
+	if cfg.Read == nil || cfg.Mode == nil {
+		return nil, errors.New("nftables-dataplane checker: Read and Mode are required")
+	}
+	if cfg.Settle != nil {
+		cfg.Settle = &check.Settler{Grace: cfg.Settle.Grace, Clock: cfg.Settle.Clock}
+	}
+	return &Checker{cfg: cfg}, nil
+}
+
+// Name implements check.Checker.
+func (c *Checker) Name() string { return check.NameNFTablesDataplane }
+
+// maxNamed bounds the findings a message names.
+const maxNamed = 3
+
+// Run implements check.Checker.
+func (c *Checker) Run(ctx context.Context) (check.Result, error) {
+	logger := klog.FromContext(ctx).WithValues("check", check.NameNFTablesDataplane)
+	mode, err := c.cfg.Mode(ctx)
+	if errors.Is(err, kubeproxy.ErrUnreachable) {
+		c.lastMode = ""
+		return check.Skipped(c.Name(), ReasonUnreachable, "kube-proxy's metrics port refuses connections: its mode is unknown, its nftables table is not judged"), nil
+	}
+	switch {
+	case err == nil:
+		c.lastMode = mode
+	case c.lastMode != "" && ctx.Err() == nil:
+		logger.V(2).Info("kube-proxy does not answer; judging its table in the mode it last reported", "mode", c.lastMode, "err", err)
+		mode = c.lastMode
+	default:
+		return check.Result{}, fmt.Errorf("reading kube-proxy's mode: %w", err)
+	}
+	if mode != kubeproxy.ModeNFTables {
+		return check.Skipped(c.Name(), ReasonNotNFTables, fmt.Sprintf("kube-proxy runs in %s mode: it programs no nftables table", mode)), nil
+	}
+	tables, err := c.cfg.Read()
+	if err != nil {
+		return check.Result{}, fmt.Errorf("reading kube-proxy's nftables table: %w", err)
+	}
+	in := Input{Tables: tables, Node: c.cfg.NodeName}
+	if c.cfg.Services != nil {
+		if in.Services, err = c.cfg.Services(ctx); err != nil {
+			logger.Info("Cannot read Services; only the table's presence is judged", "err", err)
+		}
+	}
+	if c.cfg.Endpoints != nil && in.Services != nil {
+		all, _, err := c.cfg.Endpoints.All(ctx)
+		if err != nil {
+			logger.Info("Cannot read EndpointSlices; endpoints are not judged", "err", err)
+		}
+		in.Endpoints = all
+	}
+	found := check.KeepSettled(c.cfg.Settle, Compare(in), Finding.Key)
+	res := check.Result{Name: c.Name()}
+	for _, f := range found {
+		res.Findings = append(res.Findings, f)
+	}
+	if len(found) == 0 {
+		res.Status, res.Reason = check.StatusOK, ReasonOK
+		res.Message = "kube-proxy's nftables table matches the Services and endpoints"
+		return res, nil
+	}
+	res.Status = check.StatusProblem
+	for _, r := range reasonOf {
+		for _, f := range found {
+			if f.Kind == r.kind && res.Reason == "" {
+				res.Reason = r.reason
+			}
+		}
+	}
+	var parts []string
+	for i, f := range found {
+		if i == maxNamed {
+			parts = append(parts, "and more (ipvs-guard diagnose lists them)")
+			break
+		}
+		parts = append(parts, f.String())
+	}
+	res.Message = strings.Join(parts, "; ") + ": kube-proxy repairs its table only at its next full sync (hourly) or a Service change; restart kube-proxy on this node to rewrite it now"
+	res.Remediation = check.Steps("restart kube-proxy on this node (RKE2: `crictl rm -f $(crictl ps -q --name kube-proxy)`; kubeadm: delete its kube-proxy pod): it rewrites its whole table at start",
+		"if a firewall reload removed the table (firewalld FlushAllOnReload, `nft flush ruleset`), keep that from touching the kube-proxy table")
+	return res, nil
+}

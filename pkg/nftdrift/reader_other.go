@@ -1,0 +1,18 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build !linux
+
+package nftdrift
+
+import "errors"
+
+// Reader reads kube-proxy's nftables tables (Linux only).
+type Reader struct {
+	// NetNS is the network namespace to read.
+	NetNS string
+}
+
+// Read reports that nftables is Linux only.
+func (Reader) Read() ([]Table, error) {
+	return nil, errors.New("nftables: not supported on this platform")
+}

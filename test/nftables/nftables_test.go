@@ -1,0 +1,382 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build nftables
+
+package nftables
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
+	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
+	"github.com/ipvs-guard/ipvs-guard/pkg/check"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvsdrift"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
+	"github.com/ipvs-guard/ipvs-guard/pkg/nftdrift"
+)
+
+const node = "n1"
+
+// fixture is one kube-proxy in nftables mode and the checks next to it.
+type fixture struct {
+	t          *testing.T
+	kpBin      string
+	nft        string
+	kubeconfig string
+	logDir     string
+	kp         *exec.Cmd
+	// failFlag makes kube-proxy's nft fail while it exists.
+	failFlag string
+	cs       kubernetes.Interface
+	drift    *nftdrift.Checker
+	sync     *kubeproxy.SyncChecker
+}
+
+func (f *fixture) startKubeProxy() {
+	f.t.Helper()
+	log, err := os.OpenFile(filepath.Join(f.logDir, "kube-proxy.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	cmd := exec.Command(f.kpBin, "--proxy-mode=nftables", "--kubeconfig="+f.kubeconfig, "--hostname-override="+node,
+		"--metrics-bind-address=127.0.0.1:10249", "--healthz-bind-address=127.0.0.1:10256", "--cluster-cidr=10.244.0.0/16",
+		"--conntrack-max-per-core=0", "--iptables-sync-period=5s", "--v=2")
+	cmd.Stdout, cmd.Stderr = log, log
+	// kube-proxy runs nft (knftables) from its PATH: a wrapper that fails
+	// every transaction while f.failFlag exists.
+	cmd.Env = append(os.Environ(), "PATH="+f.logDir+":"+os.Getenv("PATH"))
+	if err := cmd.Start(); err != nil {
+		f.t.Fatal(err)
+	}
+	f.kp = cmd
+}
+
+func (f *fixture) stopKubeProxy() {
+	if f.kp == nil {
+		return
+	}
+	_ = f.kp.Process.Signal(syscall.SIGCONT)
+	_ = f.kp.Process.Kill()
+	_ = f.kp.Wait()
+	f.kp = nil
+}
+
+// restart gives a clean table: kube-proxy rewrites it whole at start.
+func (f *fixture) restart(t *testing.T) {
+	t.Helper()
+	f.stopKubeProxy()
+	_ = exec.Command(f.nft, "delete", "table", "ip", "kube-proxy").Run()
+	f.startKubeProxy()
+	f.waitDrift(t, "a clean table after kube-proxy's restart", 60*time.Second, func(r check.Result) bool { return r.Status == check.StatusOK })
+}
+
+func (f *fixture) nftOut(args ...string) string {
+	out, _ := exec.Command(f.nft, args...).CombinedOutput()
+	return string(out)
+}
+
+func (f *fixture) mustNft(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(f.nft, args...).CombinedOutput(); err != nil {
+		f.t.Fatalf("nft %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+func (f *fixture) waitDrift(t *testing.T, what string, within time.Duration, ok func(check.Result) bool) (check.Result, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	var last check.Result
+	for time.Since(start) < within {
+		r, err := f.drift.Run(context.Background())
+		if err == nil {
+			last = r
+			if ok(r) {
+				return r, time.Since(start)
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("%s: never within %s; last %s/%s: %s", what, within, last.Status, last.Reason, last.Message)
+	return last, 0
+}
+
+func hasFinding(r check.Result, kind, text string) bool {
+	for _, fd := range r.Findings {
+		if x, ok := fd.(nftdrift.Finding); ok && x.Kind == kind && strings.Contains(x.String(), text) {
+			return true
+		}
+	}
+	return false
+}
+
+func slice(svc, name string, port int32, eps ...string) *discoveryv1.EndpointSlice {
+	es := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{
+			discoveryv1.LabelServiceName: svc, discoveryv1.LabelManagedBy: "ipvs-guard-test"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(port), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	for _, e := range eps {
+		ip, nodeName, _ := strings.Cut(e, "@")
+		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip}, NodeName: ptr.To(nodeName),
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)}})
+	}
+	return es
+}
+
+// TestKubeProxyNFTables: every fault made for real on the real kube-proxy's
+// table is caught by name, and agrees with `nft -j list` at the same moment.
+func TestKubeProxyNFTables(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.Require(t, os.Getenv("NFT_NETNS") != "", "run through hack/test-nftables.sh (a private network namespace)")
+	f := &fixture{t: t, logDir: t.TempDir()}
+	f.kpBin = testenv.Tool(t, "KUBE_PROXY", "kube-proxy", "hack/apiserver/install.sh kube-proxy")
+	f.nft = testenv.Tool(t, "NFT", "nft", "apt-get install nftables")
+	f.failFlag = filepath.Join(f.logDir, "fail-nft")
+	wrapper := fmt.Sprintf("#!/bin/sh\n# nft that fails while %s exists, as a broken or foreign nft does\n[ -e %s ] && { echo 'Error: Could not process rule: Invalid argument' >&2; exit 1; }\nexec %s \"$@\"\n", f.failFlag, f.failFlag, f.nft)
+	if err := os.WriteFile(filepath.Join(f.logDir, "nft"), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := apiservertest.Start(t, apiservertest.Options{})
+	f.kubeconfig = s.Kubeconfig
+	f.cs = kubernetes.NewForConfigOrDie(s.AdminConfig())
+	ctx := context.Background()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	n, err := f.cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: os.Getenv("NODE_IP")}}
+	if _, err := f.cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mk := func(name string, typ corev1.ServiceType, etp corev1.ServiceExternalTrafficPolicy) *corev1.Service {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: corev1.ServiceSpec{Type: typ,
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}}}}
+		if etp != "" {
+			svc.Spec.ExternalTrafficPolicy = etp
+		}
+		svc, err := f.cs.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return svc
+	}
+	web := mk("web", corev1.ServiceTypeClusterIP, "")
+	mk("np", corev1.ServiceTypeNodePort, "")
+	lb := mk("lb", corev1.ServiceTypeLoadBalancer, corev1.ServiceExternalTrafficPolicyLocal)
+	mk("empty", corev1.ServiceTypeClusterIP, "")
+	lb.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.10"}}
+	if _, err := f.cs.CoreV1().Services("default").UpdateStatus(ctx, lb, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, es := range []*discoveryv1.EndpointSlice{
+		slice("web", "web-1", 8080, "10.244.1.5@n2", "10.244.1.6@n2"),
+		slice("np", "np-1", 8080, "10.244.1.7@n2"),
+		slice("lb", "lb-1", 8080, "10.244.1.8@"+node, "10.244.1.9@n2"),
+		slice("empty", "empty-1", 8080),
+	} {
+		if _, err := f.cs.DiscoveryV1().EndpointSlices("default").Create(ctx, es, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client, err := kube.NewForConfig(s.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp := kubeproxy.NewClient("127.0.0.1:10249", 2*time.Second)
+	f.drift, err = nftdrift.NewChecker(nftdrift.Config{Read: nftdrift.Reader{}.Read, Mode: kp.ProxyMode, Services: ipvscheck.NewCluster(client).Services,
+		Endpoints: ipvsdrift.NewEndpointReader(client, 0), NodeName: node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.sync, err = kubeproxy.NewSyncChecker(kubeproxy.SyncCheckerConfig{Client: kp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.startKubeProxy()
+	t.Cleanup(f.stopKubeProxy)
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(filepath.Join(f.logDir, "kube-proxy.log"))
+			lines := strings.Split(string(b), "\n")
+			t.Logf("kube-proxy log tail:\n%s", strings.Join(lines[max(0, len(lines)-40):], "\n"))
+		}
+	})
+	r, took := f.waitDrift(t, "kube-proxy's table matching the cluster", 60*time.Second, func(r check.Result) bool { return r.Status == check.StatusOK })
+	t.Logf("kube-proxy started; table matches the cluster after %.1fs: %s", took.Seconds(), r.Message)
+	sr, err := f.sync.Run(ctx)
+	if err != nil || sr.Status != check.StatusOK || sr.Reason != kubeproxy.ReasonSyncing {
+		t.Fatalf("kube-proxy-sync in nftables mode: %s/%s %q (%v)", sr.Status, sr.Reason, sr.Message, err)
+	}
+	t.Logf("kube-proxy-sync: %s", sr.Message)
+	cip := web.Spec.ClusterIP
+
+	t.Run("element deleted from service-ips", func(t *testing.T) {
+		elem := cip + " . tcp . 80"
+		f.mustNft(t, "delete", "element", "ip", "kube-proxy", "service-ips", "{ "+elem+" }")
+		r, took := f.waitDrift(t, "the missing element named", 10*time.Second, func(r check.Result) bool {
+			return r.Reason == nftdrift.ReasonServiceIPMissing && hasFinding(r, nftdrift.KindServiceIPMissing, elem)
+		})
+		if out := f.nftOut("-j", "list", "map", "ip", "kube-proxy", "service-ips"); strings.Contains(out, `"`+cip+`"`) {
+			t.Errorf("nft -j lists %s in service-ips while the check says it is missing:\n%s", cip, out)
+		}
+		t.Logf("caught in %.1fs: %s", took.Seconds(), r.Message)
+		f.restart(t)
+	})
+
+	t.Run("Service chain's DNAT map rewritten", func(t *testing.T) {
+		tables, err := nftdrift.Reader{}.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var chain string
+		for c := range tables[0].DNAT {
+			if strings.HasPrefix(c, "service-") && strings.HasSuffix(c, "-default/web/tcp/http") {
+				chain = c
+			}
+		}
+		if chain == "" {
+			t.Fatalf("no service chain of default/web in %v", tables[0].DNAT)
+		}
+		f.mustNft(t, "flush", "chain", "ip", "kube-proxy", chain)
+		f.mustNft(t, "add", "rule", "ip", "kube-proxy", chain, "meta", "l4proto", "tcp", "dnat", "ip", "to", "numgen", "random", "mod", "1", "map", "{ 0 : 10.244.9.9 . 8080 }")
+		r, took := f.waitDrift(t, "stale and missing endpoints named", 10*time.Second, func(r check.Result) bool {
+			return hasFinding(r, nftdrift.KindStaleEndpoint, "10.244.9.9:8080") && hasFinding(r, nftdrift.KindMissingEndpoint, "10.244.1.5:8080") &&
+				hasFinding(r, nftdrift.KindMissingEndpoint, "10.244.1.6:8080")
+		})
+		if out := f.nftOut("-j", "list", "chain", "ip", "kube-proxy", chain); !strings.Contains(out, "10.244.9.9") || strings.Contains(out, "10.244.1.5") {
+			t.Errorf("nft -j list chain disagrees with the verdict:\n%s", out)
+		}
+		t.Logf("caught in %.1fs: %s", took.Seconds(), r.Message)
+		f.restart(t)
+	})
+
+	t.Run("SIGSTOP: stall and an endpoint removed while stopped", func(t *testing.T) {
+		if r, err := f.sync.Run(ctx); err != nil || r.Status != check.StatusOK {
+			t.Fatalf("kube-proxy-sync before the stop: %s/%s (%v)", r.Status, r.Reason, err)
+		}
+		if err := f.kp.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		stopped := time.Now()
+		es, err := f.cs.DiscoveryV1().EndpointSlices("default").Get(ctx, "web-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		es.Endpoints = es.Endpoints[:1] // 10.244.1.6 goes
+		if _, err := f.cs.DiscoveryV1().EndpointSlices("default").Update(ctx, es, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		r, took := f.waitDrift(t, "the removed endpoint stale in kube-proxy's chain", 10*time.Second, func(r check.Result) bool {
+			return r.Reason == nftdrift.ReasonStaleEndpoints && hasFinding(r, nftdrift.KindStaleEndpoint, "10.244.1.6:8080")
+		})
+		if out := f.nftOut("-j", "list", "table", "ip", "kube-proxy"); !strings.Contains(out, "10.244.1.6") {
+			t.Errorf("nft -j no longer lists 10.244.1.6 though the check calls it stale")
+		}
+		t.Logf("stale endpoint caught %.1fs after the EndpointSlice update: %s", took.Seconds(), r.Message)
+		var sr check.Result
+		for {
+			sr, err = f.sync.Run(ctx)
+			if err == nil && sr.Status == check.StatusProblem && sr.Reason == kubeproxy.ReasonSyncStale {
+				break
+			}
+			if time.Since(stopped) > 30*time.Second {
+				t.Fatalf("no stall verdict 30s after SIGSTOP: %s/%s %q (%v)", sr.Status, sr.Reason, sr.Message, err)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		t.Logf("FIGURE SIGSTOP → kube-proxy-sync KubeProxySyncStale: %.1fs (health timeout 10s): %s", time.Since(stopped).Seconds(), sr.Message)
+		if err := f.kp.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		f.waitDrift(t, "the table right again after SIGCONT", 30*time.Second, func(r check.Result) bool { return r.Status == check.StatusOK })
+		cont := time.Now()
+		for {
+			sr, err = f.sync.Run(ctx)
+			if err == nil && sr.Status == check.StatusOK {
+				break
+			}
+			if time.Since(cont) > 30*time.Second {
+				t.Fatalf("kube-proxy-sync not ok 30s after SIGCONT: %s/%s %q (%v)", sr.Status, sr.Reason, sr.Message, err)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		t.Logf("FIGURE SIGCONT → kube-proxy-sync ok: %.1fs", time.Since(cont).Seconds())
+	})
+
+	t.Run("a sync made to fail", func(t *testing.T) {
+		if _, err := f.sync.Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// From now on every nft transaction kube-proxy runs fails, as with
+		// an nft that crashes on its sets (kubernetes#136786) or lacks JSON.
+		if err := os.WriteFile(f.failFlag, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(f.failFlag)
+		// An endpoint change makes kube-proxy sync.
+		if _, err := f.cs.DiscoveryV1().EndpointSlices("default").Update(ctx, slice("np", "np-1", 8080, "10.244.1.7@n2", "10.244.1.10@n2"), metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		var sr check.Result
+		var err error
+		for {
+			sr, err = f.sync.Run(ctx)
+			if err == nil && sr.Reason == kubeproxy.ReasonSyncFailing {
+				break
+			}
+			if time.Since(start) > 40*time.Second {
+				t.Fatalf("no failing verdict 40s after the conflict: %s/%s %q (%v)", sr.Status, sr.Reason, sr.Message, err)
+			}
+			time.Sleep(time.Second)
+		}
+		t.Logf("failing transactions caught in %.1fs: %s", time.Since(start).Seconds(), sr.Message)
+		// The new endpoint never made it into the table: the comparison says so.
+		r, _ := f.waitDrift(t, "the new endpoint missing from the table", 10*time.Second, func(r check.Result) bool {
+			return hasFinding(r, nftdrift.KindMissingEndpoint, "10.244.1.10:8080")
+		})
+		if out := f.nftOut("-j", "list", "table", "ip", "kube-proxy"); strings.Contains(out, "10.244.1.10") {
+			t.Errorf("nft -j lists 10.244.1.10, which the check calls missing")
+		}
+		t.Logf("and: %s", r.Message)
+		os.Remove(f.failFlag)
+		f.restart(t)
+	})
+
+	for _, fault := range [][]string{{"delete", "table", "ip", "kube-proxy"}, {"flush", "ruleset"}} {
+		t.Run("nft "+strings.Join(fault, " "), func(t *testing.T) {
+			f.mustNft(t, fault...)
+			r, took := f.waitDrift(t, "the table missing", 10*time.Second, func(r check.Result) bool {
+				return r.Reason == nftdrift.ReasonTableMissing && hasFinding(r, nftdrift.KindTableMissing, "table ip kube-proxy")
+			})
+			if out, err := exec.Command(f.nft, "-j", "list", "table", "ip", "kube-proxy").CombinedOutput(); err == nil {
+				t.Errorf("nft -j list table succeeds while the check says the table is missing:\n%s", out)
+			}
+			// kube-proxy itself says nothing.
+			sr, err := f.sync.Run(ctx)
+			t.Logf("FIGURE table wiped → nftables-dataplane %s: %.2fs (agent: + the settle grace and one resync); kube-proxy-sync meanwhile %s/%s (%v): %s",
+				r.Reason, took.Seconds(), sr.Status, sr.Reason, err, r.Message)
+			f.restart(t)
+		})
+	}
+	fmt.Fprintln(os.Stderr, "nftables tier done")
+}

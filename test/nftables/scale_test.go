@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: Apache-2.0
+
+//go:build nftables
+
+package nftables
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
+	"github.com/ipvs-guard/ipvs-guard/pkg/ipvsdrift"
+	"github.com/ipvs-guard/ipvs-guard/pkg/nftdrift"
+)
+
+// scaleServices is how many Services the scale figure programs (×3
+// endpoints each); NFT_SCALE_SERVICES overrides it.
+func scaleServices() int {
+	if n, err := strconv.Atoi(os.Getenv("NFT_SCALE_SERVICES")); err == nil && n > 0 {
+		return n
+	}
+	return 10000
+}
+
+func cip(i int) string { return fmt.Sprintf("10.96.%d.%d", i/250, i%250+1) }
+func ep(i, j int) string {
+	k := i*3 + j
+	return fmt.Sprintf("10.%d.%d.%d", 100+k/62500, k/250%250, k%250+1)
+}
+
+// scaleInput is the cluster the scale table is kube-proxy's table of.
+func scaleInput(n int) ([]*corev1.Service, ipvsdrift.ServiceEndpoints) {
+	var svcs []*corev1.Service
+	var slices []*discoveryv1.EndpointSlice
+	for i := range n {
+		name := fmt.Sprintf("s%d", i)
+		svcs = append(svcs, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeClusterIP, ClusterIP: cip(i), ClusterIPs: []string{cip(i)},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}}})
+		es := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name + "-1",
+			Labels: map[string]string{discoveryv1.LabelServiceName: name}}, AddressType: discoveryv1.AddressTypeIPv4,
+			Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}}}
+		for j := range 3 {
+			es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{ep(i, j)}, NodeName: ptr.To("n2"),
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true)}})
+		}
+		slices = append(slices, es)
+	}
+	return svcs, ipvsdrift.Summarize(slices)
+}
+
+// TestScaleChild is the measured process of TestScaleFigures: one read of
+// kube-proxy's table and one comparison, nothing else.
+func TestScaleChild(t *testing.T) {
+	if os.Getenv("NFT_SCALE_CHILD") != "1" {
+		t.Skip("run by TestScaleFigures")
+	}
+	n := scaleServices()
+	svcs, eps := scaleInput(n)
+	start := time.Now()
+	var before syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+	tables, err := nftdrift.Reader{}.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := nftdrift.Compare(nftdrift.Input{Tables: tables, Services: svcs, Endpoints: eps, Node: "n1"})
+	wall := time.Since(start)
+	var after syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+	cpu := time.Duration(after.Utime.Nano()+after.Stime.Nano()-before.Utime.Nano()-before.Stime.Nano()) * time.Nanosecond
+	fmt.Printf("RESULT wall=%s cpu=%s findings=%d elements=%d chains=%d\n", wall, cpu, len(found), len(tables[0].ServiceIPs), len(tables[0].DNAT))
+}
+
+// TestScaleFigures builds kube-proxy's table for 10,000 Services × 3
+// endpoints as kube-proxy 1.37.1 writes it and measures one read and
+// comparison (a child process: wall, CPU, peak RSS) against
+// `nft -j list table ip kube-proxy`.
+func TestScaleFigures(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.Require(t, os.Getenv("NFT_NETNS") != "", "run through hack/test-nftables.sh (a private network namespace)")
+	nft := testenv.Tool(t, "NFT", "nft", "apt-get install nftables")
+	n := scaleServices()
+	var b bytes.Buffer
+	b.WriteString("add table ip kube-proxy\n")
+	for _, c := range append(append([]string{}, nftdrift.BaseChains...), nftdrift.ChainServices, "reject-chain") {
+		fmt.Fprintf(&b, "add chain ip kube-proxy %s\n", c)
+	}
+	for i := range n {
+		fmt.Fprintf(&b, "add chain ip kube-proxy service-%08d-default/s%d/tcp/http\n", i, i)
+		fmt.Fprintf(&b, "add rule ip kube-proxy service-%08d-default/s%d/tcp/http meta l4proto tcp dnat ip to numgen random mod 3 map { 0 : %s . 8080, 1 : %s . 8080, 2 : %s . 8080 }\n",
+			i, i, ep(i, 0), ep(i, 1), ep(i, 2))
+	}
+	b.WriteString("add map ip kube-proxy service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }\n")
+	b.WriteString("add map ip kube-proxy service-nodeports { type inet_proto . inet_service : verdict ; }\n")
+	b.WriteString("add map ip kube-proxy no-endpoint-services { type ipv4_addr . inet_proto . inet_service : verdict ; }\n")
+	for i := range n {
+		fmt.Fprintf(&b, "add element ip kube-proxy service-ips { %s . tcp . 80 : goto service-%08d-default/s%d/tcp/http }\n", cip(i), i, i)
+	}
+	_ = exec.Command(nft, "delete", "table", "ip", "kube-proxy").Run()
+	f, err := os.CreateTemp(t.TempDir(), "table-*.nft")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(b.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	start := time.Now()
+	if out, err := exec.Command(nft, "-f", f.Name()).CombinedOutput(); err != nil {
+		t.Fatalf("nft -f: %v: %s", err, out)
+	}
+	t.Logf("built the table of %d Services × 3 endpoints with nft -f in %.1fs", n, time.Since(start).Seconds())
+	defer exec.Command(nft, "delete", "table", "ip", "kube-proxy").Run()
+
+	start = time.Now()
+	cmd := exec.Command(nft, "-j", "list", "table", "ip", "kube-proxy")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("nft -j list table: %v", err)
+	}
+	nftWall := time.Since(start)
+	nftRSS := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
+
+	child := exec.Command(os.Args[0], "-test.run=^TestScaleChild$", "-test.count=1")
+	child.Env = append(os.Environ(), "NFT_SCALE_CHILD=1")
+	res, err := child.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v: %s", err, res)
+	}
+	rss := child.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
+	var wall, cpu time.Duration
+	var findings, elements, chains int
+	for _, line := range bytes.Split(res, []byte("\n")) {
+		if bytes.HasPrefix(line, []byte("RESULT ")) {
+			var w, c string
+			fmt.Sscanf(string(line), "RESULT wall=%s cpu=%s findings=%d elements=%d chains=%d", &w, &c, &findings, &elements, &chains)
+			wall, _ = time.ParseDuration(w)
+			cpu, _ = time.ParseDuration(c)
+		}
+	}
+	if elements != n || chains != n || findings != 0 {
+		t.Fatalf("read %d elements, %d chains, %d findings; want %d, %d, 0:\n%s", elements, chains, findings, n, n, res)
+	}
+	t.Logf("FIGURE %d Services × 3 endpoints: read + compare %s wall, %s CPU (%.2f ms per 1,000 Services), peak RSS %.1f MiB (the whole test process); nft -j list table %s (%d bytes of JSON, peak RSS %.1f MiB); ratio %.2f×",
+		n, wall.Round(time.Millisecond), cpu.Round(time.Millisecond), float64(cpu.Microseconds())/1000/float64(n)*1000, float64(rss)/1024,
+		nftWall.Round(time.Millisecond), len(out), float64(nftRSS)/1024, wall.Seconds()/nftWall.Seconds())
+}
