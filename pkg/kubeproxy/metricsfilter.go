@@ -17,7 +17,8 @@ import (
 // kube-proxy's /metrics; every other line of the body is skipped unparsed.
 // A reader of more of kube-proxy's metrics adds their names to its own list
 // and calls ReadFamilies with it.
-var SyncFamilies = []string{metricLastSync, metricLastQueued, metricServicePending, metricEndpointPend}
+var SyncFamilies = []string{metricLastSync, metricLastQueued, metricServicePending, metricEndpointPend,
+	metricNFTablesSyncFailures, metricIPTablesRestoreFailures, metricNFTablesCleanupFailures, metricFullSyncDuration}
 
 // Bounds of ReadFamilies, far above what kube-proxy publishes (its
 // families carry a handful of labels; a histogram a few dozen buckets per
