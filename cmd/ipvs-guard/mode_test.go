@@ -98,10 +98,24 @@ func TestDiagnoseFixNotInIPVSMode(t *testing.T) {
 			addr, set := fakeKubeProxy(t, mode)
 			before := treeSnapshot(t, dir)
 			out, code := runCLI(t, "diagnose", "--root", dir, "--node-name", "n1", "--fix", "-o", "json", "--kube-proxy-metrics-address", addr)
-			if code != 0 {
-				t.Fatalf("exit %d, want 0:\n%s", code, out)
-			}
 			rep := parseModeReport(t, out)
+			// The fake kube-proxy says nftables mode and this host holds no
+			// kube-proxy table: the nftables-dataplane check's problem is
+			// real, and the only one allowed.
+			wantCode := 0
+			for _, c := range rep.Checks {
+				if c.Status != string(check.StatusProblem) {
+					continue
+				}
+				if mode == "nftables" && c.Name == check.NameNFTablesDataplane && c.Reason == "NFTablesTableMissing" {
+					wantCode = 1
+					continue
+				}
+				t.Errorf("check %s: %s %s %q; want no problem", c.Name, c.Status, c.Reason, c.Message)
+			}
+			if code != wantCode {
+				t.Fatalf("exit %d, want %d:\n%s", code, wantCode, out)
+			}
 			want := map[string]bool{check.NameModules: true, check.NameKubeProxy: true, check.NameIPVS: true, check.NameARPSysctls: true}
 			for _, c := range rep.Checks {
 				if !want[c.Name] {
