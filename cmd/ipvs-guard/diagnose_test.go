@@ -128,6 +128,8 @@ func TestProbeIPUsageErrors(t *testing.T) {
 		{"IPv6 all-nodes multicast", "ff02::1"},
 		{"IPv6 site-local multicast", "ff05::2"},
 		{"IPv4 unspecified", "0.0.0.0"},
+		{"IPv4 this network", "0.0.0.1"},
+		{"IPv4 this network, high", "0.255.255.254"},
 		{"IPv6 unspecified", "::"},
 		{"IPv4 loopback", "127.0.0.1"},
 		{"IPv6 loopback", "::1"},
