@@ -23,6 +23,9 @@ const cleanupPageSize = 500
 // out continue tokens past it would keep cleanup listing forever.
 const cleanupMaxPages = 100
 
+// errTooManyPages: the Node list goes on past cleanupMaxPages.
+var errTooManyPages = errors.New("still more Nodes after the most pages a cluster can have")
+
 func newCleanupCommand() *cobra.Command {
 	var kubeconfig string
 	cmd := &cobra.Command{
@@ -98,7 +101,7 @@ func cleanupNodes(ctx context.Context, cs kube.Interface) error {
 		}
 		followed[list.Continue] = true
 		if len(followed) >= cleanupMaxPages {
-			return errors.Join(append(errs, fmt.Errorf("listing nodes: still more after %d pages of %d", len(followed), cleanupPageSize))...)
+			return errors.Join(append(errs, fmt.Errorf("listing nodes: %w: %d pages of %d", errTooManyPages, len(followed), cleanupPageSize))...)
 		}
 		opts.Continue = list.Continue
 	}

@@ -4,6 +4,7 @@ package kube
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -22,17 +23,21 @@ import (
 const (
 	// DefaultListLimit bounds the bytes of one answer, and of all the pages
 	// of one paginated list together: the largest list ipvs-guard makes is
-	// every Service of the cluster (protobuf, about 1 KiB each: 5,000
-	// Services are about 5 MiB) or one 500-Node page of cleanup (JSON-free
-	// protobuf, at most a few MiB); 32 MiB is several times either, and
-	// with the buffer growth of reading it, inside the chart's 128 MiB.
-	DefaultListLimit = 32 << 20
-	// DefaultFrameLimit bounds one event of a watch stream: the size
-	// client-go's own decoder allows a protobuf watch event
-	// (k8s.io/apimachinery streaming, 16 MiB); JSON watch streams, which
-	// client-go reads one whole event at a time without a bound, get the
-	// same one here. An object stored in etcd is at most 1.5 MiB.
-	DefaultFrameLimit = 16 << 20
+	// every Service of the cluster (protobuf, under 1 KiB each: 5,000
+	// Services are under 5 MiB; MetalLB's ServiceL2Statuses in JSON about
+	// as much) or one 500-Node page of cleanup (protobuf, a few MiB).
+	DefaultListLimit = 16 << 20
+	// DefaultTotalLimit bounds the bytes of every answer being read at
+	// the same moment together (an agent starts several informers at
+	// once): with the buffer growth of reading them and the garbage
+	// collector's headroom, inside the chart's 128 MiB.
+	DefaultTotalLimit = 16 << 20
+	// DefaultFrameLimit bounds one event of a watch stream. An object
+	// stored in etcd is at most 1.5 MiB (a custom resource as JSON, a
+	// built-in one as protobuf), so an event is under 4 MiB; client-go
+	// reads a JSON event whole without a bound, and a protobuf one up to
+	// 16 MiB.
+	DefaultFrameLimit = 4 << 20
 )
 
 var (
@@ -45,7 +50,8 @@ var (
 )
 
 // Guard bounds what an API server, broken or hostile, can make a client
-// read: each answer to ListLimit bytes, each paginated list (every page of
+// read: each answer to ListLimit bytes, the answers being read at once
+// together to TotalLimit, each paginated list (every page of
 // it together) to PagesLimit, each event of a watch stream to FrameLimit bytes, and
 // a list whose continue token comes back is refused instead of followed.
 // It also remembers the last failure to reach the server (a refused
@@ -58,6 +64,9 @@ type Guard struct {
 	// keeps them all (an informer's pager); ListLimit when 0, no bound
 	// when negative (a client that handles one page at a time).
 	PagesLimit int64
+	// TotalLimit bounds every answer being read at the same moment
+	// together; DefaultTotalLimit when 0.
+	TotalLimit int64
 	// FrameLimit is DefaultFrameLimit when 0.
 	FrameLimit int64
 
@@ -67,6 +76,8 @@ type Guard struct {
 	// query without the paging parameters).
 	chains  map[string]*chain
 	lastErr error
+	// open is the bytes read so far of the answers not yet closed.
+	open int64
 }
 
 // chain is one paginated list: the continue tokens it followed (hashed)
@@ -104,6 +115,13 @@ func (g *Guard) listLimit() int64 {
 		return g.ListLimit
 	}
 	return DefaultListLimit
+}
+
+func (g *Guard) totalLimit() int64 {
+	if g.TotalLimit > 0 {
+		return g.TotalLimit
+	}
+	return DefaultTotalLimit
 }
 
 func (g *Guard) pagesLimit() int64 {
@@ -144,9 +162,8 @@ func (t *guardTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	if w := q.Get("watch"); w == "true" || w == "1" {
-		if !isProtobuf(resp.Header.Get("Content-Type")) {
-			resp.Body = &frameLimitedBody{ReadCloser: resp.Body, g: g, max: g.frameLimit(), what: req.Method + " " + redact(req.URL)}
-		}
+		resp.Body = &frameLimitedBody{ReadCloser: resp.Body, g: g, proto: isProtobuf(resp.Header.Get("Content-Type")),
+			max: g.frameLimit(), what: req.Method + " " + redact(req.URL)}
 		return resp, nil
 	}
 	lb := &limitedBody{ReadCloser: resp.Body, g: g, max: g.listLimit(), what: req.Method + " " + redact(req.URL)}
@@ -238,6 +255,9 @@ type limitedBody struct {
 	n    int64
 	what string
 	err  error
+	// closed: the answer no longer counts against the total (read to
+	// its end, or closed).
+	closed bool
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
@@ -249,16 +269,42 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.ReadCloser.Read(p)
 	b.n += int64(n)
+	b.g.mu.Lock()
 	if b.counted != nil {
-		b.g.mu.Lock()
 		b.counted.bytes += int64(n)
-		b.g.mu.Unlock()
 	}
-	if b.n > b.max {
+	var total int64
+	if !b.closed {
+		b.g.open += int64(n)
+		total = b.g.open
+		if err != nil { // the whole answer is read: nothing more to hold
+			b.g.open -= b.n
+			b.closed = true
+		}
+	}
+	b.g.mu.Unlock()
+	switch {
+	case b.n > b.max:
 		b.err = b.tooLarge()
+	case total > b.g.totalLimit():
+		b.err = fmt.Errorf("%s: the answers being read together passed %d MiB: %w", b.what, b.g.totalLimit()>>20, ErrResponseTooLarge)
+		b.g.fail(b.err)
+	}
+	if b.err != nil {
 		return 0, b.err
 	}
 	return n, err
+}
+
+// Close releases what the answer counted against the Guard's total.
+func (b *limitedBody) Close() error {
+	b.g.mu.Lock()
+	if !b.closed {
+		b.g.open -= b.n
+		b.closed = true
+	}
+	b.g.mu.Unlock()
+	return b.ReadCloser.Close()
 }
 
 func (b *limitedBody) tooLarge() error {
@@ -271,16 +317,23 @@ func (b *limitedBody) tooLarge() error {
 	return err
 }
 
-// frameLimitedBody fails a watch stream one of whose events (the bytes
-// between two newlines: the API server writes one JSON event per line) is
-// longer than max.
+// frameLimitedBody fails a watch stream one of whose events is longer
+// than max: in JSON the bytes between two newlines (the API server writes
+// one event per line), in protobuf the length its 4-byte big-endian prefix
+// declares (client-go's framing).
 type frameLimitedBody struct {
 	io.ReadCloser
-	g    *Guard
-	max  int64
+	g     *Guard
+	proto bool
+	max   int64
+	what  string
+	err   error
+	// line is the bytes of the event being read so far.
 	line int64
-	what string
-	err  error
+	// header collects a protobuf frame's length prefix; left is what
+	// remains of its frame once the prefix is read.
+	header []byte
+	left   int64
 }
 
 func (b *frameLimitedBody) Read(p []byte) (int, error) {
@@ -288,20 +341,82 @@ func (b *frameLimitedBody) Read(p []byte) (int, error) {
 		return 0, b.err
 	}
 	n, err := b.ReadCloser.Read(p)
-	chunk := p[:n]
-	for len(chunk) > 0 {
-		i := bytes.IndexByte(chunk, '\n')
-		if i < 0 {
-			b.line += int64(len(chunk))
-			break
-		}
-		b.line = 0
-		chunk = chunk[i+1:]
+	before := b.line
+	var tooLong bool
+	if b.proto {
+		tooLong = b.scanProto(p[:n])
+	} else {
+		b.scanJSON(p[:n])
+		tooLong = b.line > b.max
 	}
-	if b.line > b.max {
+	// The event being read is held by the decoder until its end: it
+	// counts against the total like an answer being read.
+	b.g.mu.Lock()
+	b.g.open += b.line - before
+	total := b.g.open
+	b.g.mu.Unlock()
+	switch {
+	case tooLong:
 		b.err = fmt.Errorf("%s: a watch event passed %d MiB: %w", b.what, b.max>>20, ErrResponseTooLarge)
+	case total > b.g.totalLimit():
+		b.err = fmt.Errorf("%s: the answers being read together passed %d MiB: %w", b.what, b.g.totalLimit()>>20, ErrResponseTooLarge)
+	}
+	if b.err != nil {
 		b.g.fail(b.err)
 		return 0, b.err
 	}
 	return n, err
+}
+
+func (b *frameLimitedBody) scanJSON(chunk []byte) {
+	for len(chunk) > 0 {
+		i := bytes.IndexByte(chunk, '\n')
+		if i < 0 {
+			b.line += int64(len(chunk))
+			return
+		}
+		b.line = 0
+		chunk = chunk[i+1:]
+	}
+}
+
+// scanProto follows the frames of chunk; true when one declares more than max.
+func (b *frameLimitedBody) scanProto(chunk []byte) bool {
+	for len(chunk) > 0 {
+		if b.left == 0 {
+			need := 4 - len(b.header)
+			if need > len(chunk) {
+				need = len(chunk)
+			}
+			b.header = append(b.header, chunk[:need]...)
+			chunk = chunk[need:]
+			if len(b.header) < 4 {
+				return false
+			}
+			b.left = int64(binary.BigEndian.Uint32(b.header))
+			b.header = b.header[:0]
+			b.line = 0
+			if b.left > b.max {
+				return true
+			}
+			continue
+		}
+		k := min(int64(len(chunk)), b.left)
+		b.line += k
+		b.left -= k
+		chunk = chunk[k:]
+		if b.left == 0 {
+			b.line = 0
+		}
+	}
+	return false
+}
+
+// Close releases what the event being read counted against the total.
+func (b *frameLimitedBody) Close() error {
+	b.g.mu.Lock()
+	b.g.open -= b.line
+	b.line = 0
+	b.g.mu.Unlock()
+	return b.ReadCloser.Close()
 }
