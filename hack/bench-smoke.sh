@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Every benchmark docs/benchmarks.md, docs/scale.md and the Makefile's bench-* targets name, run
+# once with tiny parameters so each keeps working on a fresh clone: the figures mean nothing here,
+# only that each bench starts, runs its whole path and exits 0. Needs root (network namespaces,
+# synthetic uevents) and the API server; the guest benches boot the guest kernel under QEMU.
+#
+# Usage: hack/bench-smoke.sh [host|guest|all]   (default all)
+#   host:  bench-diagnose, bench-memory, bench-hostile, bench-agent (and --netns), bench-scale,
+#          bench-arp (about 3 min on 2 cores with the caches warm)
+#   guest: bench-guest, bench-ipvs (a few minutes under TCG)
+# bench-metallb is `hack/metallb/test.sh --bench`: the metallb tier runs the same code path.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$REPO_ROOT"
+export IPVS_GUARD_CACHE=$CACHE_DIR
+which=${1:-all}
+[ "$(id -u)" = 0 ] || die "bench-smoke needs root"
+
+smoke() {
+	local name=$1
+	shift
+	local start=$SECONDS
+	log "bench-smoke: $name"
+	if ! "$@" >"$work/$name.log" 2>&1; then
+		tail -n 40 "$work/$name.log" >&2
+		die "bench-smoke: $name failed (log above)"
+	fi
+	log "bench-smoke: $name ok in $((SECONDS - start)) s"
+}
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+if [ "$which" = host ] || [ "$which" = all ]; then
+	# One run each: the wall-time target is for an idle machine; the RSS one holds.
+	smoke bench-diagnose hack/bench-diagnose.sh 1 -max-median 10s
+	smoke bench-memory hack/bench-memory.sh
+	smoke bench-hostile hack/bench-hostile.sh
+	smoke bench-agent hack/bench-agent.sh -services 20 -trials 1 -idle 3s -spacing 100ms
+	smoke bench-agent-netns hack/bench-agent.sh --netns -services 50 -trials 1 -idle 3s -spacing 100ms
+	smoke bench-scale hack/bench-scale.sh -nodes 10 -services 20 -agents 2 -window 5s -status-period 5s
+	smoke bench-arp hack/bench-arp.sh
+fi
+if [ "$which" = guest ] || [ "$which" = all ]; then
+	GUEST_BENCHTIME=1x smoke bench-guest hack/guest/bench.sh
+	GUEST_BENCHTIME=1x smoke bench-ipvs hack/bench-ipvs.sh
+fi
+log "bench-smoke: every bench ran"
