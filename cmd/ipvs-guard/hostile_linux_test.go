@@ -166,3 +166,50 @@ func tail(s string) string {
 	}
 	return s
 }
+
+// TestUnreachableAPIServerNamed: with the API server's port closed, run,
+// diagnose and cleanup name the server and the dial error (diagnose's
+// listing used to say only "context deadline exceeded"). The kubeconfig
+// comes from $KUBECONFIG, which each command falls back to.
+func TestUnreachableAPIServerNamed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary for several seconds")
+	}
+	bin := ipvsguardtest.Binary(t)
+	root := copyTestTree(t, "debian12")
+	addr := closedPort(t)
+	kc := writeKubeconfig(t, "https://"+addr)
+	for _, args := range [][]string{
+		{"run", "--node-name", "n1", "--root", root, "--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", "0", "--no-uevents"},
+		{"diagnose", "--node-name", "n1", "--root", root},
+		{"cleanup"},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			t.Parallel()
+			var out bytes.Buffer
+			cmd := exec.Command(bin, args...)
+			cmd.Env = append(os.Environ(), "KUBECONFIG="+kc)
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			wait := 15 * time.Second
+			if args[0] == "run" {
+				wait = 3 * time.Second // its first Node read fails at once; it retries until stopped
+			}
+			select {
+			case <-done:
+			case <-time.After(wait):
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				<-done
+			}
+			for _, want := range []string{"https://" + addr + "/", "dial tcp " + addr + ": connect: connection refused"} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("%s: the output does not say %q:\n%s", args[0], want, tail(out.String()))
+				}
+			}
+		})
+	}
+}
