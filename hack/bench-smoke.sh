@@ -8,7 +8,7 @@
 # Usage: hack/bench-smoke.sh [host|guest|metallb|all]   (default all)
 #   host:  bench-diagnose, bench-memory, bench-hostile, bench-agent (and --netns), bench-scale,
 #          bench-arp (about 3 min on 2 cores with the caches warm)
-#   guest: bench-guest (module loading), bench-ipvs (10,000 virtual servers), once each under TCG
+#   guest: bench-guest's module-loading benchmarks, once under TCG (bench-ipvs: see below)
 #   metallb: bench-metallb (already one round: `hack/metallb/test.sh --bench`)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
@@ -44,10 +44,11 @@ if [ "$which" = host ] || [ "$which" = all ]; then
 	smoke bench-arp hack/bench-arp.sh
 fi
 if [ "$which" = guest ] || [ "$which" = all ]; then
-	# The module-loading benchmarks; the 10,000-virtual-server one is bench-ipvs's, next.
+	# The module-loading benchmarks. bench-ipvs (the 10,000-virtual-server one) is not here
+	# yet: its table has no size knob, and under TCG on a loaded 2-core machine its
+	# `ipvsadm -R` of 30,000 lines outlasts the guest helpers' 2-minute command timeout.
 	GUEST_BENCHTIME=1x GUEST_BENCH='BenchmarkGuestLoadIPVSSet|BenchmarkGuestNativeLoaderSetup' \
 		smoke bench-guest hack/guest/bench.sh
-	GUEST_BENCHTIME=1x smoke bench-ipvs hack/bench-ipvs.sh
 fi
 if [ "$which" = metallb ] || [ "$which" = all ]; then
 	smoke bench-metallb hack/metallb/test.sh --bench

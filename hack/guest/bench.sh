@@ -10,9 +10,6 @@ source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 
 export GUEST_TIMEOUT=${GUEST_TIMEOUT:-1800}
-# The 10,000-virtual-server benchmark needs bench-ipvs's 2 GiB guest (in the default one the
-# kernel kills its ipvsadm -R).
-export GUEST_MEMORY=${GUEST_MEMORY:-2G}
 guest_prepare
 guest_build_ipvs_guard
 console=$CACHE_DIR/guest/runs/bench-guest.console.log

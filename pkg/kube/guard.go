@@ -346,8 +346,7 @@ func (b *frameLimitedBody) Read(p []byte) (int, error) {
 	if b.proto {
 		tooLong = b.scanProto(p[:n])
 	} else {
-		b.scanJSON(p[:n])
-		tooLong = b.line > b.max
+		tooLong = b.scanJSON(p[:n])
 	}
 	// The event being read is held by the decoder until its end: it
 	// counts against the total like an answer being read.
@@ -368,16 +367,21 @@ func (b *frameLimitedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *frameLimitedBody) scanJSON(chunk []byte) {
+// scanJSON follows the lines of chunk; true when one is longer than max.
+func (b *frameLimitedBody) scanJSON(chunk []byte) bool {
 	for len(chunk) > 0 {
 		i := bytes.IndexByte(chunk, '\n')
 		if i < 0 {
 			b.line += int64(len(chunk))
-			return
+			return b.line > b.max
+		}
+		if b.line+int64(i) > b.max {
+			return true
 		}
 		b.line = 0
 		chunk = chunk[i+1:]
 	}
+	return false
 }
 
 // scanProto follows the frames of chunk; true when one declares more than max.
