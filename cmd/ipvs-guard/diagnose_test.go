@@ -341,3 +341,27 @@ func TestDiagnoseTargetMode(t *testing.T) {
 		t.Errorf("--target-mode iptables: exit %d, want 2 naming the flag:\n%s", code, out)
 	}
 }
+
+// TestRootFlag: an empty --root is a usage error (an unset variable must
+// not mean the host); --root / stays allowed.
+func TestRootFlag(t *testing.T) {
+	tests := []struct {
+		root    string
+		wantErr bool
+	}{
+		{"", true},
+		{"/", false},
+		{"/host", false},
+	}
+	for _, tt := range tests {
+		o := checkOptions{root: tt.root}
+		err := o.validate()
+		if (err != nil) != tt.wantErr || (err != nil && !strings.Contains(err.Error(), "--root")) {
+			t.Errorf("validate(--root %q) = %v, want error %t", tt.root, err, tt.wantErr)
+		}
+	}
+	out, code := runCLI(t, "run", "--root", "", "--node-name", "n1")
+	if code != 2 || !strings.Contains(out, "--root is empty") {
+		t.Errorf("run --root '': exit %d, want 2 naming --root:\n%s", code, out)
+	}
+}
