@@ -7,7 +7,7 @@
 #
 # Usage: hack/bench-smoke.sh [host|guest|metallb|all]   (default all)
 #   host:  bench-diagnose, bench-memory, bench-hostile, bench-agent (and --netns), bench-scale,
-#          bench-arp (about 3 min on 2 cores with the caches warm)
+#          bench-arp (about 4 min on 2 cores with the caches warm, bench-arp's fixed rounds 2 of them)
 #   guest: bench-guest's module-loading benchmarks, once under TCG (bench-ipvs: see below)
 #   metallb: bench-metallb (already one round: `hack/metallb/test.sh --bench`)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
