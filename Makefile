@@ -22,7 +22,7 @@ build:
 
 ## test: every tier, each named so a failure says where it broke (lint, unit, fuzz and netns run inside the fresh tier)
 .PHONY: test
-test: test-fresh test-guest test-apiserver test-nftables test-scale test-metallb test-migrate test-rules test-chart test-image test-e2e test-node
+test: test-fresh test-guest test-apiserver test-nftables test-scale test-bench-smoke test-metallb test-migrate test-rules test-chart test-image test-e2e test-node
 	@echo "all test tiers passed"
 
 ## test-fresh: the lint, unit, fuzz and netns tiers inside a pristine Debian 12 root (debootstrap, overlay, chroot): no tier leans on host state (root)
@@ -60,6 +60,12 @@ test-apiserver:
 test-scale:
 	@echo "--- tier: scale"
 	hack/test-scale.sh
+
+## test-bench-smoke: every bench the docs name, once with tiny parameters, so each keeps running on a fresh clone (root)
+.PHONY: test-bench-smoke
+test-bench-smoke:
+	@echo "--- tier: bench-smoke"
+	hack/bench-smoke.sh
 
 ## bench-scale: 1,000 simulated nodes, 5,000 LoadBalancer Services, churn, 20 real agents: writes, watch events/bytes, CPU, RSS per agent
 .PHONY: bench-scale

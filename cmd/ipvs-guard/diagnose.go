@@ -3,7 +3,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/arpcheck"
 	"github.com/ipvs-guard/ipvs-guard/pkg/checkset"
+	"github.com/ipvs-guard/ipvs-guard/pkg/clusterview"
 	"github.com/ipvs-guard/ipvs-guard/pkg/diagnose"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
@@ -28,11 +31,12 @@ type checkOptions struct {
 	assumeProxyMode  string
 	probeIPs         []string
 	probeInterface   string
+	metallbNS        string
 }
 
 func (o *checkOptions) addFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for cluster checks (Services, kube-proxy ConfigMap, MetalLB); none means node-local checks only")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for cluster checks (Services, kube-proxy ConfigMap, MetalLB); default $KUBECONFIG, else the pod's service account (in-cluster); with none, node-local checks only")
 	f.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, else the hostname)")
 	f.StringVar(&o.root, "root", "/", "prefix for every host path read or written (/proc, /sys, /lib/modules, /etc, /run, /usr/lib)")
 	f.StringVar(&o.scheduler, "scheduler", "", "IPVS scheduler (default: from kube-proxy's /configz or ConfigMap, else rr)")
@@ -40,11 +44,16 @@ func (o *checkOptions) addFlags(cmd *cobra.Command) {
 	f.StringVar(&o.assumeProxyMode, "assume-proxy-mode", "", "the mode kube-proxy is configured for when neither kube-proxy, the node's configuration nor the kernel's state tells it (ipvs, iptables, nftables); empty: the mode is then unknown and nothing is loaded or declared")
 	f.StringSliceVar(&o.probeIPs, "probe-ip", nil, "probe these IPs: IPv4 with ARP, IPv6 with neighbour discovery (repeatable or comma-separated)")
 	f.StringVar(&o.probeInterface, "interface", "", "interface to probe on (default: from a route lookup)")
+	f.StringVar(&o.metallbNS, "metallb-namespace", clusterview.DefaultMetalLBNamespace, "namespace of MetalLB's IPAddressPools, L2Advertisements and speaker Pods, read (list) to say why a LoadBalancer IP this node probes is not answered")
 }
 
 // validate refuses flag values no check can use (a usage error, exit 2,
 // before anything is read or written).
 func (o *checkOptions) validate() error {
+	if o.root == "" {
+		// An unset variable (--root "$HOST_ROOT") must not mean the host.
+		return errors.New("--root is empty: give the host tree's path, or --root / for this host")
+	}
 	if err := modules.ValidateScheduler(o.scheduler); err != nil {
 		return fmt.Errorf("--scheduler: %w", err)
 	}
@@ -115,12 +124,24 @@ func newDiagnoseCommand() *cobra.Command {
 			cfg.TargetMode = targetMode
 			cfg.ProveKernel = prove
 			kernel, _ := cfg.Root.KernelRelease()
-			cluster, err := opts.diagnoseCluster()
+			note := cmd.ErrOrStderr()
+			if output == "json" {
+				// The checks needing the cluster say so in the report
+				// (NoKubeconfig); stderr may be merged into stdout.
+				note = io.Discard
+			}
+			cluster, err := opts.diagnoseCluster(note)
 			if err != nil {
 				return err
 			}
 			cfg.Cluster = cluster
 			checkers, err := checkset.Build(cmd.Context(), cfg)
+			if errors.Is(err, arpcheck.ErrUnprobeable) || errors.Is(err, arpcheck.ErrNoInterface) {
+				// What this node's interfaces say of --probe-ip and
+				// --interface: as much a usage error as what the flags
+				// alone say.
+				return usageError{err}
+			}
 			if err != nil {
 				return err
 			}
@@ -165,21 +186,24 @@ func (o *checkOptions) config(remediate bool) checkset.Config {
 // kubeAPITimeout bounds each API request of a diagnose run.
 const kubeAPITimeout = 10 * time.Second
 
-// diagnoseCluster is diagnose's access to the cluster from --kubeconfig
-// (the checks list once, every IP probed from here); nil without one.
-func (o *checkOptions) diagnoseCluster() (*checkset.Cluster, error) {
-	if o.kubeconfig == "" {
+// diagnoseCluster is diagnose's access to the cluster (the checks list
+// once, every IP probed from here) from --kubeconfig, $KUBECONFIG or the
+// pod's service account; nil, with a note on w, without any.
+func (o *checkOptions) diagnoseCluster(w io.Writer) (*checkset.Cluster, error) {
+	cfg, origin, guard, err := clusterConfig(o.kubeconfig)
+	if errors.Is(err, kube.ErrNoConfig) {
+		fmt.Fprintf(w, "note: node-local checks only: %v\n", err)
 		return nil, nil
 	}
-	cfg, err := kube.RESTConfigFromKubeconfig(o.kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig: %w", err)
+		return nil, err
 	}
 	cfg.Timeout = kubeAPITimeout
 	cfg.UserAgent = "ipvs-guard"
 	cs, dyn, meta, err := clusterClients(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig %s: %w", o.kubeconfig, err)
+		return nil, fmt.Errorf("%s: %w", origin, err)
 	}
-	return &checkset.Cluster{Client: cs, Dynamic: dyn, Metadata: meta, ListTimeout: kubeAPITimeout}, nil
+	return &checkset.Cluster{Client: cs, Dynamic: dyn, Metadata: meta, ListTimeout: kubeAPITimeout,
+		MetalLBNamespace: o.metallbNS, LastError: guard.LastError}, nil
 }

@@ -128,6 +128,8 @@ func TestProbeIPUsageErrors(t *testing.T) {
 		{"IPv6 all-nodes multicast", "ff02::1"},
 		{"IPv6 site-local multicast", "ff05::2"},
 		{"IPv4 unspecified", "0.0.0.0"},
+		{"IPv4 this network", "0.0.0.1"},
+		{"IPv4 this network, high", "0.255.255.254"},
 		{"IPv6 unspecified", "::"},
 		{"IPv4 loopback", "127.0.0.1"},
 		{"IPv6 loopback", "::1"},
@@ -345,5 +347,29 @@ func TestDiagnoseTargetMode(t *testing.T) {
 	out, code = runCLI(t, "diagnose", "--assume-proxy-mode", "userspace")
 	if code != 2 || !strings.Contains(out, "--assume-proxy-mode") {
 		t.Errorf("--assume-proxy-mode userspace: exit %d, want 2 naming the flag:\n%s", code, out)
+	}
+}
+
+// TestRootFlag: an empty --root is a usage error (an unset variable must
+// not mean the host); --root / stays allowed.
+func TestRootFlag(t *testing.T) {
+	tests := []struct {
+		root    string
+		wantErr bool
+	}{
+		{"", true},
+		{"/", false},
+		{"/host", false},
+	}
+	for _, tt := range tests {
+		o := checkOptions{root: tt.root}
+		err := o.validate()
+		if (err != nil) != tt.wantErr || (err != nil && !strings.Contains(err.Error(), "--root")) {
+			t.Errorf("validate(--root %q) = %v, want error %t", tt.root, err, tt.wantErr)
+		}
+	}
+	out, code := runCLI(t, "run", "--root", "", "--node-name", "n1")
+	if code != 2 || !strings.Contains(out, "--root is empty") {
+		t.Errorf("run --root '': exit %d, want 2 naming --root:\n%s", code, out)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
@@ -42,10 +43,30 @@ func (e outputError) Unwrap() error { return e.err }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go exitAfterSignal(ctx, stopDeadline, func(code int) {
+		klog.Flush()
+		os.Exit(code)
+	})
 	code := execute(ctx, os.Args[1:])
 	stop()
 	klog.Flush()
 	os.Exit(code)
+}
+
+// stopDeadline is how long after SIGTERM or SIGINT any command exits at
+// the latest, whatever it waits for (an API server that streams without
+// end, a check stuck in the kernel): within Kubernetes' grace period and
+// docs/cli.md's 5 s. `run` stops its components within shutdownTimeout,
+// inside it.
+const stopDeadline = 4500 * time.Millisecond
+
+// exitAfterSignal calls exit with diagnose.ExitError once after has passed
+// since ctx ended, saying so on stderr.
+func exitAfterSignal(ctx context.Context, after time.Duration, exit func(int)) {
+	<-ctx.Done()
+	time.Sleep(after)
+	fmt.Fprintf(os.Stderr, "error: still stopping %s after the signal: exiting\n", after)
+	exit(diagnose.ExitError)
 }
 
 func execute(ctx context.Context, args []string) int {

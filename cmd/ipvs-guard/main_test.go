@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -31,7 +33,12 @@ func TestDiagnoseJSONErrors(t *testing.T) {
 		{"flag without its value", []string{"-ojson", "--scheduler"}, true, true, "flag needs an argument"},
 		{"a positional argument", []string{"-o=json", "extra"}, true, true, `unknown command "extra"`},
 		{"multicast probe IP", []string{"-o", "json", "--probe-ip", "224.0.0.1"}, true, true, "--probe-ip"},
-		{"kubeconfig is a device", []string{"-o", "json", "--root", root, "--kubeconfig", "/dev/zero"}, true, false, "character device"},
+		{"kubeconfig is a device", []string{"-o", "json", "--root", root, "--kubeconfig", "/dev/zero"}, true, true, "character device"},
+		{"kubeconfig is a directory", []string{"-o", "json", "--root", root, "--kubeconfig", root}, true, true, "--kubeconfig"},
+		{"empty root", []string{"-o", "json", "--root", ""}, true, true, "--root is empty"},
+		{"probe IP in 0.0.0.0/8", []string{"-o", "json", "--root", root, "--probe-ip", "0.0.0.1"}, true, true, "0.0.0.0/8"},
+		{"no such interface", []string{"-o", "json", "--root", root, "--interface", "nosuch0"}, true, true, "--interface"},
+		{"this node's own address", []string{"-o", "json", "--root", root, "--probe-ip", ownAddress(t)}, true, true, "an address of this node"},
 		{"text output", []string{"--scheduler", "rr;x"}, false, false, ""},
 		{"unknown output format", []string{"-o", "yaml"}, false, false, ""},
 	}
@@ -73,6 +80,23 @@ func TestDiagnoseJSONErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ownAddress returns a unicast address of one of this host's interfaces
+// (not loopback).
+func ownAddress(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && !p.Addr().IsLoopback() && p.Addr().Is4() {
+			return p.Addr().String()
+		}
+	}
+	t.Fatal("this host has no IPv4 address but loopback")
+	return ""
 }
 
 func TestFlagValue(t *testing.T) {

@@ -55,7 +55,6 @@ type runOptions struct {
 	apiBurst           int
 	profiling          bool
 	peersService       string
-	metallbNS          string
 	metallbTTL         time.Duration
 }
 
@@ -64,16 +63,16 @@ func newRunCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the node agent: reconcile loop, Node conditions, Events and metrics",
-		Args:  cobra.NoArgs,
+		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := opts.validate(); err != nil {
-				return err
+				return usageError{err}
 			}
 			if err := opts.metrics.validate(&opts.healthAddr); err != nil {
-				return err
+				return usageError{err}
 			}
 			if _, err := clusterview.ParsePeersService(opts.peersService); err != nil {
-				return fmt.Errorf("--peers-service: %w", err)
+				return usageError{fmt.Errorf("--peers-service: %w", err)}
 			}
 			return runAgent(cmd.Context(), &opts)
 		},
@@ -91,7 +90,6 @@ func newRunCommand() *cobra.Command {
 	f.Float32Var(&opts.apiQPS, "kube-api-qps", 5, "queries per second to the API server")
 	f.IntVar(&opts.apiBurst, "kube-api-burst", 10, "burst of queries to the API server")
 	f.StringVar(&opts.peersService, "peers-service", "", "namespace/name of the headless Service selecting the agents' pods: its ready endpoints' nodes are the peers ARP probes are sharded over (the chart sets it); without it this node probes every LoadBalancer IP it does not announce")
-	f.StringVar(&opts.metallbNS, "metallb-namespace", clusterview.DefaultMetalLBNamespace, "namespace of MetalLB's IPAddressPools, L2Advertisements and speaker Pods, read (list) to say why a LoadBalancer IP this node probes is not answered")
 	f.DurationVar(&opts.metallbTTL, "metallb-state-ttl", clusterview.MetalLBStateTTL, "reuse what was read of MetalLB's state and the Nodes for this long (read at start, while an IP this node probes is unanswered or claimed twice, when an announcer changes, and every 5 TTLs for IPs with preferredNodeSelectors)")
 	f.BoolVar(&opts.profiling, "profiling", false, "serve Go's /debug/pprof on the health probe address (for measuring the agent's memory and CPU)")
 	return cmd
@@ -119,22 +117,6 @@ func clusterClients(cfg *rest.Config) (kube.Interface, dynamic.Interface, metada
 		return nil, nil, nil, fmt.Errorf("building metadata client: %w", err)
 	}
 	return cs, dyn, meta, nil
-}
-
-// restConfig returns the kubeconfig's config, else the in-cluster one.
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		cfg, err := kube.RESTConfigFromKubeconfig(kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("--kubeconfig: %w", err)
-		}
-		return cfg, nil
-	}
-	cfg, err := rest.InClusterConfig()
-	if err != nil {
-		return nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
-	}
-	return cfg, nil
 }
 
 // DefaultReadinessInterval is how often the agent really runs the
@@ -228,10 +210,11 @@ func runAgent(ctx context.Context, opts *runOptions) error {
 // and --kube-api-burst) and the cluster view over them, its peers from
 // --peers-service; nothing is started.
 func connect(ctx context.Context, opts *runOptions, node string) (kube.Interface, *clusterview.View, error) {
-	cfg, err := restConfig(opts.kubeconfig)
+	cfg, origin, _, err := clusterConfig(opts.kubeconfig)
 	if err != nil {
 		return nil, nil, err
 	}
+	klog.FromContext(ctx).Info("Reading the cluster", "config", origin.String(), "server", cfg.Host)
 	cfg.UserAgent = "ipvs-guard"
 	cfg.QPS, cfg.Burst = opts.apiQPS, opts.apiBurst
 	cs, dyn, meta, err := clusterClients(cfg)

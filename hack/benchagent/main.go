@@ -108,6 +108,11 @@ func run(binary, hostTree string, nSvc, trials int, idle, resync time.Duration) 
 	cfg.QPS, cfg.Burst = 1000, 1000
 	admin := kubernetes.NewForConfigOrDie(cfg)
 
+	// deploy/rbac/rbac.yaml carries the Role that reads MetalLB's state in
+	// its namespace, which must exist (as with MetalLB installed).
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "metallb-system"}}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating the metallb-system namespace: %w", err)
+	}
 	rbac := filepath.Join("deploy", "rbac")
 	if err := s.Apply(ctx, filepath.Join(rbac, "serviceaccount.yaml"), filepath.Join(rbac, "rbac.yaml"), filepath.Join(rbac, "admission-policy.yaml")); err != nil {
 		return err

@@ -130,6 +130,8 @@ func TestParseTargetsRefusesNonUnicast(t *testing.T) {
 		{"SSDP multicast", "239.255.255.250", true},
 		{"IPv4 multicast, mapped", "::ffff:224.0.0.251", true},
 		{"IPv4 unspecified", "0.0.0.0", true},
+		{"IPv4 this network (0.0.0.0/8)", "0.0.0.1", true},
+		{"first address after 0.0.0.0/8", "1.0.0.0", false},
 		{"IPv4 loopback", "127.0.0.1", true},
 		{"IPv4 loopback, not the first", "127.1.2.3", true},
 		{"IPv6 all-nodes link-local multicast", "ff02::1", true},

@@ -65,6 +65,10 @@ func checkUnicast(ip netip.Addr) error {
 	switch {
 	case ip.IsUnspecified():
 		what = "the unspecified address"
+	case ip.Is4() && ip.As4()[0] == 0:
+		// 0.0.0.0/8, "this network" (RFC 1122 3.2.1.3): a source only,
+		// never a destination on the wire.
+		what = "in 0.0.0.0/8 (this network: a source address only)"
 	case ip.IsLoopback():
 		what = "a loopback address"
 	case ip == limitedBroadcast:

@@ -125,6 +125,15 @@ type Cluster struct {
 	ShardK int
 	// ListTimeout bounds the one-shot listing; 0 is DefaultListTimeout.
 	ListTimeout time.Duration
+	// MetalLBNamespace is where MetalLB's pools, advertisements and
+	// speaker Pods are, for the one-shot view (--metallb-namespace);
+	// empty is clusterview.DefaultMetalLBNamespace.
+	MetalLBNamespace string
+	// LastError, when set, returns the last failure to reach the API
+	// server (kube.Guard.LastError): a one-shot listing that times out
+	// names it (the refused connection, the unknown host), not only the
+	// deadline.
+	LastError func() error
 }
 
 // Build returns the checks in report order: modules, kube-proxy,
@@ -368,9 +377,15 @@ func listOnce(ctx context.Context, node string, c *Cluster) (*clusterview.View, 
 		timeout = DefaultListTimeout
 	}
 	view := clusterview.New(node, c.Client, c.Dynamic, c.Metadata)
+	view.SetMetalLB(c.MetalLBNamespace, "", 0)
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := view.Sync(sctx); err != nil {
+		if c.LastError != nil {
+			if last := c.LastError(); last != nil && ctx.Err() == nil {
+				return nil, fmt.Errorf("%w; last error talking to the API server: %w", err, last)
+			}
+		}
 		return nil, err
 	}
 	return view, nil
