@@ -52,6 +52,16 @@ func TestVersionsAgree(t *testing.T) {
 		t.Error(`_helpers.tpl: the image tag no longer defaults to .Chart.AppVersion`)
 	}
 
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`--version ([^ \n]+)`).FindAllStringSubmatch(string(readme), -1) {
+		if m[1] != version {
+			t.Errorf("README.md installs --version %s; VERSION is %s", m[1], version)
+		}
+	}
+
 	for file, want := range map[string]string{
 		filepath.Join("..", "Makefile"):                  "VERSION ?= $(shell cat VERSION)",
 		filepath.Join("..", "hack", "image", "build.sh"): "VERSION=${VERSION:-$(cat VERSION)}",
