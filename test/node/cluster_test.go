@@ -78,9 +78,10 @@ func registerNode(ctx context.Context, t *testing.T, cs kubernetes.Interface, na
 // level on every namespace but kube-system, as RKE2's CIS profile does, and
 // follows the real controllers. Into a namespace nobody labelled
 // (`--create-namespace`): helm warns that the pod template would violate
-// restricted, the DaemonSet is created, and no pod ever is: the DaemonSet
-// controller's FailedCreate Events name PodSecurity and the DaemonSet's
-// status counts no pod. With the chart creating its namespace labelled
+// restricted and its NOTES say how to label the namespace, the DaemonSet is
+// created, and no pod ever is: the DaemonSet controller's FailedCreate
+// Events name PodSecurity (host network, hostPath volumes, the added
+// capabilities) and the DaemonSet's status counts no pod. With the chart creating its namespace labelled
 // privileged (namespace.create, the release kept in kube-system): the
 // DaemonSet controller creates the pod, the scheduler binds it to the Node,
 // the pod carries the projected service-account token and NODE_NAME from the
@@ -98,7 +99,8 @@ func TestHelmInstallControlPlane(t *testing.T) {
 	const plain = "unlabelled"
 	out := helm(t, srv.Kubeconfig, "install", release, chartDir(), "--namespace", plain, "--create-namespace",
 		"--set", "image.repository=localhost/ipvs-guard", "--set", "image.tag=node-test")
-	if !strings.Contains(out, `would violate PodSecurity "restricted:latest"`) {
+	// helm logs the API server's warning through klog, quotes escaped.
+	if !strings.Contains(out, `would violate PodSecurity \"restricted:latest\": host namespaces (hostNetwork=true)`) {
 		t.Errorf("helm install into an unlabelled namespace printed no PodSecurity warning:\n%s", out)
 	}
 	// The chart's NOTES tell how to label it.
@@ -118,7 +120,7 @@ func TestHelmInstallControlPlane(t *testing.T) {
 		t.Fatalf("no FailedCreate Event on the DaemonSet in the unlabelled namespace: %v", err)
 	}
 	t.Logf("DaemonSet %s/%s FailedCreate: %s", plain, release, forbidden)
-	for _, want := range []string{`violates PodSecurity "restricted:latest"`, "hostNetwork=true", "hostPath volumes"} {
+	for _, want := range []string{`violates PodSecurity "restricted:latest"`, "host namespaces (hostNetwork=true)", `use restricted volume type "hostPath"`, `must not include "NET_ADMIN", "NET_RAW", "SYS_MODULE"`} {
 		if !strings.Contains(forbidden, want) {
 			t.Errorf("FailedCreate message lacks %q: %s", want, forbidden)
 		}
