@@ -56,7 +56,9 @@ chart_tgz=$OUT/ipvs-guard-$version.tgz
 [ -f "$chart_tgz" ] || die "helm package wrote no $chart_tgz"
 log "packaged $chart_tgz"
 
-# 2. One image per platform, then one manifest list.
+# 2. One image per platform (one commit and build date for all), then one manifest list.
+commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+build_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 list=localhost/ipvs-guard-release:$version
 "${bah[@]}" manifest rm "$list" >/dev/null 2>&1 || true
 "${bah[@]}" manifest create "$list" >/dev/null
@@ -64,8 +66,8 @@ IFS=, read -ra platforms <<<"$PLATFORMS"
 for platform in "${platforms[@]}"; do
 	arch=${platform#linux/}
 	name=localhost/ipvs-guard-release:$version-$arch
-	VERSION=$version IMAGE=$name PLATFORM=$platform RUNTIME_IMAGE=$RUNTIME_IMAGE \
-		IMAGE_ARCHIVE=$OUT/ipvs-guard-$version-linux-$arch.tar hack/image/build.sh
+	VERSION=$version COMMIT=$commit BUILD_DATE=$build_date IMAGE=$name PLATFORM=$platform \
+		RUNTIME_IMAGE=$RUNTIME_IMAGE hack/image/build.sh
 	# The archive carries the name the chart pulls, as RKE2 imports it.
 	"${bah[@]}" tag "$name" "$image"
 	rm -f "$OUT/ipvs-guard-$version-linux-$arch.tar"
