@@ -48,7 +48,7 @@ func (s *syncBuffer) String() string {
 
 // startRegistry runs the OCI registry of hack/tools/registry
 // (go-containerregistry's, in memory) on the host's loopback and returns its
-// host:port and its request log.
+// host:port and its log (errors only).
 func startRegistry(t *testing.T) (string, *syncBuffer) {
 	t.Helper()
 	bin := testenv.Tool(t, "REGISTRY_BIN", "registry", "hack/test-node.sh builds it from hack/tools/registry")
@@ -93,17 +93,24 @@ func startRegistry(t *testing.T) (string, *syncBuffer) {
 //     `ctr -n k8s.io images import` before the kubelet starts, as RKE2
 //     imports /var/lib/rancher/rke2/agent/images/;
 //   - the namespace is labelled privileged as the README says; `helm install
-//     oci://…` pulls the chart from the registry, whose default image tag
-//     (the chart's appVersion, VERSION) the node's containerd pulls from the
-//     same registry over QEMU's user network (plain HTTP through a
-//     hosts.toml), and the pod runs;
+//     oci://…` pulls the chart from the registry, with the image the name
+//     inside the archive and pullPolicy Never: the pod runs from the
+//     imported archive;
+//   - `helm upgrade` to the registry's name as the node reaches it: the
+//     node's containerd pulls the image (tag: the chart's appVersion,
+//     VERSION) from the same registry over QEMU's user network (plain HTTP
+//     through a hosts.toml) and the pod runs: its imageID is the registry's
+//     repo digest (the archive's pod had only the config digest);
 //   - report-only (remediation.enabled=false): with /etc/modules and every
 //     modules-load.d directory removed from the node first, none of them
-//     exists after the pod ran;
-//   - `helm upgrade` to the name inside the archive with pullPolicy Never:
-//     the pod runs from the imported archive, nothing pulled.
+//     exists after each pod ran.
+//
+// Finding (one run): in the other order, the same image pulled from the
+// registry first, the kubelet then reported ErrImageNeverPull for the
+// archive's name (imported at boot, as `ctr images import` of the same
+// archive lists it on a host containerd 2.4.2); not yet explained.
 func TestKubeletNodeRelease(t *testing.T) {
-	registry, registryLog := startRegistry(t)
+	registry, _ := startRegistry(t)
 	port := registry[strings.LastIndex(registry, ":")+1:]
 	raw, err := os.ReadFile(filepath.Join(repoRoot(), "VERSION"))
 	if err != nil {
@@ -185,46 +192,44 @@ func TestKubeletNodeRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	chartRef := "oci://" + registry + "/ipvs-guard/charts/ipvs-guard"
+
+	// First the archive imported at boot, as on an air-gapped node: the
+	// name inside it, pullPolicy Never (nothing answers at that name on
+	// the node).
 	install := time.Now()
 	helmOut := helm(t, srv.Kubeconfig, "install", release, chartRef, "--version", version, "--plain-http",
-		"--namespace", namespace, "--set", "image.repository="+guestRegistry+"/ipvs-guard/ipvs-guard",
-		"--set", "remediation.enabled=false")
+		"--namespace", namespace, "--set", "image.repository="+registry+"/ipvs-guard/ipvs-guard",
+		"--set", "image.pullPolicy=Never", "--set", "remediation.enabled=false")
 	if strings.Contains(helmOut, "PodSecurity") {
 		t.Errorf("helm install into the labelled namespace warned about PodSecurity:\n%s", helmOut)
 	}
-	k.poll("the report-only pod, pulled from the registry, Ready", 10*time.Minute, func(ctx context.Context) (bool, error) {
+	k.poll("the report-only pod from the imported archive Ready", 10*time.Minute, func(ctx context.Context) (bool, error) {
 		return k.getPod(ctx) && podConditionTrue(&k.pod, corev1.PodReady), nil
 	})
 	st := k.pod.Status.ContainerStatuses[0]
-	t.Logf("helm install %s --version %s -> pod Ready %.1f s: image %s, imageID %s",
-		chartRef, version, time.Since(install).Seconds(), st.Image, st.ImageID)
-	wantImage := guestRegistry + "/ipvs-guard/ipvs-guard:" + version
-	if st.Image != wantImage || !strings.HasPrefix(st.ImageID, guestRegistry+"/ipvs-guard/ipvs-guard@sha256:") {
-		t.Errorf("container image %q (ID %q): want %s pulled from the registry (a repo digest as its ID)", st.Image, st.ImageID, wantImage)
-	}
-	reqs := registryLog.String()
-	for _, want := range []string{"/v2/ipvs-guard/charts/ipvs-guard/manifests/" + version, "/v2/ipvs-guard/ipvs-guard/manifests/" + version} {
-		if !strings.Contains(reqs, "GET "+want) {
-			t.Errorf("the registry served no GET %s", want)
-		}
-	}
-	absent("report-only pod Ready")
-
-	// The archive imported at boot: the name inside it, never pulled.
-	old := k.pod.UID
-	upgrade := time.Now()
-	helm(t, srv.Kubeconfig, "upgrade", release, chartRef, "--version", version, "--plain-http", "--namespace", namespace,
-		"--reuse-values", "--set", "image.repository="+registry+"/ipvs-guard/ipvs-guard", "--set", "image.pullPolicy=Never")
-	k.poll("the pod from the imported archive Ready", 10*time.Minute, func(ctx context.Context) (bool, error) {
-		return k.getPod(ctx) && k.pod.UID != old && podConditionTrue(&k.pod, corev1.PodReady), nil
-	})
-	st = k.pod.Status.ContainerStatuses[0]
-	t.Logf("helm upgrade to the archive's image, pullPolicy Never -> pod Ready %.1f s: image %s, imageID %s",
-		time.Since(upgrade).Seconds(), st.Image, st.ImageID)
+	t.Logf("helm install oci://… --set image.pullPolicy=Never, the archive's image -> pod Ready %.1f s: image %s, imageID %s",
+		time.Since(install).Seconds(), st.Image, st.ImageID)
 	if want := registry + "/ipvs-guard/ipvs-guard:" + version; st.Image != want {
 		t.Errorf("container image %q, want the archive's %s", st.Image, want)
 	}
 	absent("report-only pod from the archive Ready")
+
+	// Then the image pulled by containerd from the registry.
+	old := k.pod.UID
+	upgrade := time.Now()
+	helm(t, srv.Kubeconfig, "upgrade", release, chartRef, "--version", version, "--plain-http", "--namespace", namespace,
+		"--reuse-values", "--set", "image.repository="+guestRegistry+"/ipvs-guard/ipvs-guard", "--set", "image.pullPolicy=IfNotPresent")
+	k.poll("the report-only pod, pulled from the registry, Ready", 10*time.Minute, func(ctx context.Context) (bool, error) {
+		return k.getPod(ctx) && k.pod.UID != old && podConditionTrue(&k.pod, corev1.PodReady), nil
+	})
+	st = k.pod.Status.ContainerStatuses[0]
+	t.Logf("helm upgrade oci://… to the registry's image -> pod Ready %.1f s: image %s, imageID %s",
+		time.Since(upgrade).Seconds(), st.Image, st.ImageID)
+	wantImage := guestRegistry + "/ipvs-guard/ipvs-guard:" + version
+	if st.Image != wantImage || !strings.HasPrefix(st.ImageID, guestRegistry+"/ipvs-guard/ipvs-guard@sha256:") {
+		t.Errorf("container image %q (ID %q): want %s pulled from the registry (a repo digest as its ID)", st.Image, st.ImageID, wantImage)
+	}
+	absent("report-only pod from the registry Ready")
 
 	n, err := cs.CoreV1().Nodes().Get(ctx, nodevm.NodeName, metav1.GetOptions{})
 	if err != nil {
