@@ -5,7 +5,9 @@ SHELL := /usr/bin/env bash
 
 GO ?= go
 BIN := bin/ipvs-guard
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The release version: VERSION, which the chart's version and appVersion and the image tag
+# carry too (deploy/version_test.go checks they agree; hack/release.sh publishes it).
+VERSION ?= $(shell cat VERSION)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 VPKG := github.com/ipvs-guard/ipvs-guard/pkg/version
@@ -196,10 +198,16 @@ test-image:
 	@echo "--- tier: image"
 	hack/image/build.sh
 
-## image: build the container image (localhost/ipvs-guard:$(VERSION)) with buildah
+## image: build the container image with buildah as ghcr.io/ipvs-guard/ipvs-guard:$(VERSION) (the chart's default) and write it to _output/ as a docker-archive tarball for air-gapped nodes (RKE2: copy it to /var/lib/rancher/rke2/agent/images/)
 .PHONY: image
 image:
-	VERSION=$(VERSION) hack/image/build.sh
+	VERSION=$(VERSION) IMAGE=ghcr.io/ipvs-guard/ipvs-guard:$(VERSION) \
+		IMAGE_ARCHIVE=_output/ipvs-guard-$(VERSION)-linux-$$($(GO) env GOARCH).tar hack/image/build.sh
+
+## release: build the multi-arch image and the chart for VERSION and push both to REGISTRY (default ghcr.io/ipvs-guard; hack/release.sh, run by .github/workflows/release.yaml on a tag)
+.PHONY: release
+release:
+	hack/release.sh
 
 ## manifests: render the chart's defaults into deploy/manifests/ipvs-guard.yaml
 .PHONY: manifests

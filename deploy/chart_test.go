@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,11 +128,11 @@ func TestLint(t *testing.T) {
 	}
 }
 
-// wantHostPaths are the host paths the pod mounts, with their hostPath
-// types: the module tree and every boot declaration systemd-modules-load
-// reads (a host lacking /etc/modules gets an empty one, which declares
-// nothing).
-var wantHostPaths = map[string]corev1.HostPathType{
+// remediationHostPaths are the host paths a remediating pod mounts, with
+// their hostPath types: the module tree and every boot declaration
+// systemd-modules-load reads (a host lacking /etc/modules gets an empty one,
+// which declares nothing).
+var remediationHostPaths = map[string]corev1.HostPathType{
 	"/lib/modules":                  corev1.HostPathDirectory,
 	"/etc/modules":                  corev1.HostPathFileOrCreate,
 	"/etc/modules-load.d":           corev1.HostPathDirectoryOrCreate,
@@ -141,24 +142,54 @@ var wantHostPaths = map[string]corev1.HostPathType{
 	"/lib/modules-load.d":           corev1.HostPathDirectoryOrCreate,
 }
 
+// reportOnlyHostPaths are the host paths a report-only pod mounts: the
+// directories that hold the module tree and the persistent declarations,
+// each of type Directory, so neither the kubelet nor the container runtime
+// creates anything on the host.
+var reportOnlyHostPaths = map[string]corev1.HostPathType{
+	"/etc":           corev1.HostPathDirectory,
+	"/lib":           corev1.HostPathDirectory,
+	"/usr/lib":       corev1.HostPathDirectory,
+	"/usr/local/lib": corev1.HostPathDirectory,
+}
+
+func wantHostPaths(reportOnly bool) map[string]corev1.HostPathType {
+	if reportOnly {
+		return reportOnlyHostPaths
+	}
+	return remediationHostPaths
+}
+
 // bootMounts is the container's mountPath -> readOnly for the host paths:
 // all read-only but /etc/modules-load.d, which is writable only with
 // remediation (reportOnly false).
 func bootMounts(reportOnly bool) map[string]bool {
 	m := map[string]bool{}
-	for p := range wantHostPaths {
+	for p := range wantHostPaths(reportOnly) {
 		m[p] = true
 	}
-	m["/etc/modules-load.d"] = reportOnly
+	if !reportOnly {
+		m["/etc/modules-load.d"] = false
+	}
 	return m
 }
 
 // TestMountsEveryBootDeclaration checks the chart against the reader: every
-// path ScanDeclarations reads is mounted, so the pod sees what systemd does.
+// path ScanDeclarations reads is mounted (remediation) or lies under a
+// mounted directory (report-only; /run/modules-load.d, which nothing
+// persists in, aside), so the pod sees what systemd does.
 func TestMountsEveryBootDeclaration(t *testing.T) {
 	for _, p := range append([]string{modules.EtcModules}, modules.ModulesLoadDirs...) {
-		if _, ok := wantHostPaths[p]; !ok {
-			t.Errorf("the modules reader reads %s, the chart does not mount it", p)
+		if _, ok := remediationHostPaths[p]; !ok {
+			t.Errorf("the modules reader reads %s, the remediating chart does not mount it", p)
+		}
+		if p == "/run/modules-load.d" {
+			continue
+		}
+		if !slices.ContainsFunc(slices.Collect(maps.Keys(reportOnlyHostPaths)), func(dir string) bool {
+			return strings.HasPrefix(p, dir+"/")
+		}) {
+			t.Errorf("the modules reader reads %s, the report-only chart mounts no directory holding it", p)
 		}
 	}
 }
@@ -284,11 +315,16 @@ func TestRender(t *testing.T) {
 			}
 			gotHostPaths := map[string]corev1.HostPathType{}
 			for _, v := range pod.Volumes {
-				if v.HostPath != nil && v.HostPath.Type != nil {
-					gotHostPaths[v.HostPath.Path] = *v.HostPath.Type
+				if v.HostPath != nil {
+					ty := corev1.HostPathUnset
+					if v.HostPath.Type != nil {
+						ty = *v.HostPath.Type
+					}
+					gotHostPaths[v.HostPath.Path] = ty
 				}
 			}
-			if diff := cmp.Diff(wantHostPaths, gotHostPaths); diff != "" {
+			reportOnly := !slices.Contains(c.Args, "--remediate")
+			if diff := cmp.Diff(wantHostPaths(reportOnly), gotHostPaths); diff != "" {
 				t.Errorf("hostPath volumes path->type (-want +got):\n%s", diff)
 			}
 			for _, m := range c.VolumeMounts {
@@ -515,6 +551,13 @@ func TestRejectsBadValues(t *testing.T) {
 		{name: "PrometheusRule without metrics", set: []string{"metrics.enabled=false", "prometheusRule.enabled=true"}, want: "prometheusRule.enabled=true needs metrics.enabled=true"},
 		{name: "same port twice", set: []string{"health.port=9473"}, want: "metrics.port and health.port must differ"},
 		{name: "no ServiceAccount", set: []string{"serviceAccount.create=false"}, want: "serviceAccount.create=false needs serviceAccount.name"},
+		{name: "created namespace is the release namespace", set: []string{"namespace.create=true"}, want: `namespace.create=true needs namespace.name other than the release namespace "ipvs-guard"`},
+		{name: "created namespace named as the release namespace", set: []string{"namespace.create=true", "namespace.name=ipvs-guard"}, want: "namespace.create=true needs namespace.name other than the release namespace"},
+		{name: "bad Pod Security level", set: []string{"namespace.podSecurity.enforce=root"}, want: "at '/namespace/podSecurity/enforce': value must be one of"},
+		{name: "bad namespace name", set: []string{"namespace.name=Agents"}, want: "at '/namespace/name'"},
+		{name: "unknown alert disabled", set: []string{"prometheusRule.enabled=true", "prometheusRule.disabled={IPVSGuardNoSuchAlert}"}, want: `prometheusRule.disabled: "IPVSGuardNoSuchAlert" is not a shipped alert`},
+		{name: "unknown alert overridden", set: []string{"prometheusRule.enabled=true", "prometheusRule.severityOverrides.IPVSGuardNoSuchAlert=info"}, want: `prometheusRule.severityOverrides: "IPVSGuardNoSuchAlert" is not a shipped alert`},
+		{name: "bad tolerate", set: []string{"tolerate=some"}, want: "at '/tolerate': value must be one of 'all', 'control-plane', 'none'"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -923,6 +966,184 @@ func TestCleanupHookOnAPIServer(t *testing.T) {
 		if diff := cmp.Diff([]string{"Ready", "other.io/keep"}, left); diff != "" {
 			t.Errorf("node %s after cleanup (-want +got):\n%s", name, diff)
 		}
+	}
+}
+
+// TestNamespace checks namespace.name and namespace.create: by default the
+// release namespace holds everything and the chart creates no Namespace;
+// with namespace.create the chart creates namespace.name carrying the Pod
+// Security labels (privileged unless set otherwise, an empty level left out),
+// kept at uninstall, and every namespaced object and reference points there.
+func TestNamespace(t *testing.T) {
+	tests := []struct {
+		name       string
+		set        []string
+		wantNS     string
+		wantLabels map[string]string // nil: no Namespace rendered
+	}{
+		{name: "defaults", wantNS: "ipvs-guard"},
+		{name: "another existing namespace", set: []string{"namespace.name=agents"}, wantNS: "agents"},
+		{
+			name:   "created, privileged",
+			set:    []string{"namespace.create=true", "namespace.name=agents", "namespace.labels.team=net"},
+			wantNS: "agents",
+			wantLabels: map[string]string{
+				"pod-security.kubernetes.io/enforce": "privileged",
+				"pod-security.kubernetes.io/audit":   "privileged",
+				"pod-security.kubernetes.io/warn":    "privileged",
+				"team":                               "net",
+			},
+		},
+		{
+			name:   "created, warn left out, audit baseline",
+			set:    []string{"namespace.create=true", "namespace.name=agents", "namespace.podSecurity.warn=", "namespace.podSecurity.audit=baseline"},
+			wantNS: "agents",
+			wantLabels: map[string]string{
+				"pod-security.kubernetes.io/enforce": "privileged",
+				"pod-security.kubernetes.io/audit":   "baseline",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, stderr, err := render(t, append(tt.set, "prometheusRule.enabled=true", "metrics.serviceMonitor.enabled=true")...)
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, stderr)
+			}
+			var gotLabels map[string]string
+			for _, o := range split(t, out) {
+				var meta metav1.PartialObjectMetadata
+				if err := yaml.Unmarshal(o.raw, &meta); err != nil {
+					t.Fatal(err)
+				}
+				switch o.kind {
+				case "Namespace":
+					if meta.Name != tt.wantNS {
+						t.Errorf("Namespace %s rendered, want %s", meta.Name, tt.wantNS)
+					}
+					if meta.Annotations["helm.sh/resource-policy"] != "keep" {
+						t.Errorf("Namespace %s is not kept at uninstall (helm.sh/resource-policy: keep)", meta.Name)
+					}
+					gotLabels = map[string]string{}
+					for k, v := range meta.Labels {
+						if strings.HasPrefix(k, "pod-security.kubernetes.io/") || k == "team" {
+							gotLabels[k] = v
+						}
+					}
+				case "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+				default:
+					// The Roles in the namespaces they grant reads in
+					// (Events in default, kube-proxy's ConfigMap in
+					// kube-system) stay there.
+					if meta.Namespace == "default" || meta.Namespace == "kube-system" {
+						break
+					}
+					if meta.Namespace != tt.wantNS {
+						t.Errorf("%s %s in namespace %q, want %q", o.kind, meta.Name, meta.Namespace, tt.wantNS)
+					}
+				}
+				// The ServiceAccount subjects, the admission policy's user
+				// and the peers Service flag name the same namespace.
+				for _, ref := range []string{"system:serviceaccount:ipvs-guard:", "--peers-service=ipvs-guard/", "namespace: ipvs-guard\n"} {
+					if tt.wantNS != "ipvs-guard" && strings.Contains(string(o.raw), ref) {
+						t.Errorf("%s %s still refers to the release namespace (%q)", o.kind, meta.Name, ref)
+					}
+				}
+			}
+			if diff := cmp.Diff(tt.wantLabels, gotLabels); diff != "" {
+				t.Errorf("created Namespace's labels (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// alertRules renders the PrometheusRule with set and returns each alert's
+// severity label by name.
+func alertRules(t *testing.T, set ...string) map[string]string {
+	t.Helper()
+	out, stderr, err := render(t, append([]string{"prometheusRule.enabled=true"}, set...)...)
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, stderr)
+	}
+	var rule struct {
+		Spec struct {
+			Groups []struct {
+				Rules []struct {
+					Alert  string            `json:"alert"`
+					Labels map[string]string `json:"labels"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"spec"`
+	}
+	for _, o := range split(t, out) {
+		if o.kind == "PrometheusRule" {
+			if err := yaml.Unmarshal(o.raw, &rule); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got := map[string]string{}
+	for _, g := range rule.Spec.Groups {
+		if len(g.Rules) == 0 {
+			t.Error("a rule group rendered empty")
+		}
+		for _, r := range g.Rules {
+			got[r.Alert] = r.Labels["severity"]
+		}
+	}
+	return got
+}
+
+// TestAlertSwitches checks prometheusRule.disabled and severityOverrides:
+// a disabled alert is absent, an override replaces only that alert's
+// severity, everything else is as shipped.
+func TestAlertSwitches(t *testing.T) {
+	shipped := alertRules(t)
+	if shipped["IPVSGuardNodeNotReadyForNftables"] != "info" || shipped["IPVSGuardStrictARPDisabled"] != "warning" {
+		t.Fatalf("shipped severities changed: %v", shipped)
+	}
+	got := alertRules(t,
+		"prometheusRule.disabled={IPVSGuardNodeNotReadyForNftables,IPVSGuardIPVSGhostState}",
+		"prometheusRule.severityOverrides.IPVSGuardStrictARPDisabled=critical")
+	want := maps.Clone(shipped)
+	delete(want, "IPVSGuardNodeNotReadyForNftables")
+	delete(want, "IPVSGuardIPVSGhostState")
+	want["IPVSGuardStrictARPDisabled"] = "critical"
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("alert -> severity (-want +got):\n%s", diff)
+	}
+}
+
+// TestTolerate checks the tolerate presets and that tolerations add to them.
+func TestTolerate(t *testing.T) {
+	cp := []corev1.Toleration{
+		{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists},
+		{Key: "node-role.kubernetes.io/master", Operator: corev1.TolerationOpExists},
+		{Key: "node-role.kubernetes.io/etcd", Operator: corev1.TolerationOpExists},
+		{Key: "CriticalAddonsOnly", Operator: corev1.TolerationOpExists},
+	}
+	extra := corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "lb", Effect: corev1.TaintEffectNoSchedule}
+	tests := []struct {
+		name string
+		set  []string
+		want []corev1.Toleration
+	}{
+		{name: "defaults: every taint", want: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}},
+		{name: "control-plane", set: []string{"tolerate=control-plane"}, want: cp},
+		{name: "control-plane and an extra one", set: []string{"tolerate=control-plane", "tolerations[0].key=dedicated", "tolerations[0].operator=Equal", "tolerations[0].value=lb", "tolerations[0].effect=NoSchedule"}, want: append(slices.Clone(cp), extra)},
+		{name: "none", set: []string{"tolerate=none"}},
+		{name: "none and an extra one", set: []string{"tolerate=none", "tolerations[0].key=dedicated", "tolerations[0].operator=Equal", "tolerations[0].value=lb", "tolerations[0].effect=NoSchedule"}, want: []corev1.Toleration{extra}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, stderr, err := render(t, tt.set...)
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, stderr)
+			}
+			if diff := cmp.Diff(tt.want, daemonSet(t, split(t, out)).Spec.Template.Spec.Tolerations); diff != "" {
+				t.Errorf("tolerations (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

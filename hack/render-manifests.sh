@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Renders the chart with its defaults into deploy/manifests/ipvs-guard.yaml, the
-# plain manifest for `kubectl apply -f` (namespace ipvs-guard included; without the Helm
+# plain manifest for `kubectl apply -f` (namespace ipvs-guard included, labelled for Pod
+# Security's privileged level; without the Helm
 # hooks: the uninstall cleanup Job is `kubectl delete` + `ipvs-guard cleanup` there).
 # With --check, fails when the committed file differs from a fresh rendering.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -19,6 +20,14 @@ trap 'rm -f "$tmp"' EXIT
 	echo "kind: Namespace"
 	echo "metadata:"
 	echo "  name: ipvs-guard"
+	# Pod Security Admission: the agent needs the privileged level (host
+	# network, host paths, added capabilities); a cluster enforcing
+	# baseline or restricted by default (RKE2's CIS profile) admits no pod
+	# in the namespace otherwise.
+	echo "  labels:"
+	echo "    pod-security.kubernetes.io/enforce: privileged"
+	echo "    pod-security.kubernetes.io/audit: privileged"
+	echo "    pod-security.kubernetes.io/warn: privileged"
 	"$helm" template ipvs-guard deploy/ipvs-guard --namespace ipvs-guard --no-hooks
 } >"$tmp"
 # MetalLB's Role and RoleBinding: the chart creates them only where MetalLB's

@@ -3,7 +3,7 @@
 # Tier lint: gofmt, go vet and staticcheck over every file whatever its build tags (the tier tags
 # such as guest, netns or apiserver, found in the files' //go:build lines, all at once; and once
 # more with race for the files that switch on it), and a go mod tidy check of the main module and
-# of the staticcheck tool module. staticcheck is the version pinned in hack/tools/staticcheck,
+# of the staticcheck and registry tool modules. staticcheck is the version pinned in hack/tools/staticcheck,
 # built from the module cache (hack/ensure-staticcheck.sh), so this tier runs offline once
 # `go mod download` has run in both modules, as the fresh tier does before it enters its root.
 # The other tool modules (hack/tools/{containerd,helm,kube-apiserver,metallb}) are not checked:
@@ -45,6 +45,9 @@ tidy_check() {
 log "go mod tidy check"
 tidy_check .
 tidy_check hack/tools/staticcheck
+# The test registry's own source (a module apart, so its dependency stays out of the main one).
+tidy_check hack/tools/registry
+(cd hack/tools/registry && go vet ./...)
 
 log "go vet -tags $tags"
 go vet -tags "$tags" ./...

@@ -108,17 +108,43 @@ func generate(dir string) ([]byte, error) {
 }
 
 const usage = "## Installing\n\n" +
-	"```sh\nhelm install ipvs-guard deploy/ipvs-guard --namespace ipvs-guard --create-namespace\n```\n\n" +
-	"Or without Helm: `kubectl apply -f deploy/manifests/ipvs-guard.yaml` (the chart rendered with its defaults\n" +
-	"into namespace `ipvs-guard`, which it creates; `make manifests` regenerates it).\n\n" +
+	"Each release pushes this chart and its image (tag = the chart's `appVersion`, the project's `VERSION`)\n" +
+	"to `ghcr.io/ipvs-guard` (`hack/release.sh`, run for a tag `v<VERSION>`). The agent needs Pod Security's\n" +
+	"`privileged` level (host network, host paths, added capabilities): in a namespace that enforces\n" +
+	"`baseline` or `restricted`, as every namespace but `kube-system` does under RKE2's CIS profile, the\n" +
+	"DaemonSet is created and no pod ever is (its `FailedCreate` Events say `violates PodSecurity`). So\n" +
+	"label the namespace first; `--create-namespace` alone leaves it unlabelled:\n\n" +
+	"```sh\nkubectl create namespace ipvs-guard\n" +
+	"kubectl label namespace ipvs-guard pod-security.kubernetes.io/enforce=privileged \\\n" +
+	"  pod-security.kubernetes.io/audit=privileged pod-security.kubernetes.io/warn=privileged\n" +
+	"helm install ipvs-guard oci://ghcr.io/ipvs-guard/charts/ipvs-guard --version <VERSION> --namespace ipvs-guard\n```\n\n" +
+	"Or let the chart create its namespace with those labels (`namespace.create`; Helm keeps the release\n" +
+	"record in an existing namespace, so it must be another one):\n\n" +
+	"```sh\nhelm install ipvs-guard oci://ghcr.io/ipvs-guard/charts/ipvs-guard --version <VERSION> \\\n" +
+	"  --namespace kube-system --set namespace.create=true --set namespace.name=ipvs-guard\n```\n\n" +
+	"From a checkout: `helm install ipvs-guard deploy/ipvs-guard ...` the same way. Without Helm:\n" +
+	"`kubectl apply -f deploy/manifests/ipvs-guard.yaml` (the chart rendered with its defaults into namespace\n" +
+	"`ipvs-guard`, which it creates labelled `privileged`; `make manifests` regenerates it).\n\n" +
+	"Air-gapped RKE2 nodes: `make image` writes `_output/ipvs-guard-<VERSION>-linux-<arch>.tar`, a\n" +
+	"docker-archive of `ghcr.io/ipvs-guard/ipvs-guard:<VERSION>` (each release also attaches one per\n" +
+	"architecture); copy it to `/var/lib/rancher/rke2/agent/images/` on every node, where RKE2 imports it\n" +
+	"into containerd at its next start, or import it at once with\n" +
+	"`/var/lib/rancher/rke2/bin/ctr --address /run/k3s/containerd/containerd.sock -n k8s.io images import <file>`;\n" +
+	"then install with `--set image.pullPolicy=Never` (or `IfNotPresent`, the default, which finds it).\n\n" +
 	"The agent runs on every node with the host network and only the capabilities it needs: `NET_ADMIN`\n" +
 	"(IPVS netlink), `NET_RAW` (ARP probes) and, when `remediation.enabled` (the default), `SYS_MODULE` and a\n" +
 	"writable host mount of `/etc/modules-load.d`. `/lib/modules`, Debian's `/etc/modules` and every other\n" +
 	"modules-load.d directory systemd reads are mounted read-only at their host paths, so the agent sees what\n" +
-	"the host loads at boot (Debian's `modules.conf -> ../modules` link resolves as on the host; a host without\n" +
-	"`/etc/modules` gets an empty one, which declares nothing). `remediation.enabled=false` makes a\n" +
-	"report-only agent: no `SYS_MODULE`, no writable host mount. It is never privileged. A ValidatingAdmissionPolicy lets its\n" +
-	"ServiceAccount change only the Node its pod runs on.\n\n"
+	"the host loads at boot (Debian's `modules.conf -> ../modules` link resolves as on the host; with\n" +
+	"remediation a host without `/etc/modules` gets an empty one, which declares nothing, and a missing\n" +
+	"modules-load.d directory an empty one). `remediation.enabled=false` makes a report-only agent that\n" +
+	"creates nothing on the host: no `SYS_MODULE`, and instead of each path (which the kubelet or the\n" +
+	"container runtime would create where missing, and cannot on a read-only `/usr`) the directories every\n" +
+	"host has that hold them, `/etc`, `/lib`, `/usr/lib` and `/usr/local/lib`, mounted read-only at their\n" +
+	"host paths (so the agent can read, not change, the host's `/etc`; `/run/modules-load.d`, which nothing\n" +
+	"survives a reboot in, is not read). It is never privileged. A ValidatingAdmissionPolicy lets its\n" +
+	"ServiceAccount change only the Node its pod runs on. `tolerate` narrows the taints the pods tolerate\n" +
+	"(default: every one).\n\n"
 
 const scraping = "## Scraping\n\n" +
 	"With `metrics.secure` (the default) each agent serves `/metrics` over HTTPS on the node's IP, port\n" +
@@ -237,7 +263,8 @@ func writeAlerts(b *bytes.Buffer, path string) error {
 		return fmt.Errorf("parsing %s: %w", path, err)
 	}
 	b.WriteString("## Alerts\n\n")
-	b.WriteString("`prometheusRule.enabled=true` installs these (from `files/alerts.yaml`, unit-tested with `promtool test rules`);\n")
+	b.WriteString("`prometheusRule.enabled=true` installs these (from `files/alerts.yaml`, unit-tested with `promtool test rules`;\n")
+	b.WriteString("`prometheusRule.disabled` leaves alerts out by name, `prometheusRule.severityOverrides` sets an alert's severity);\n")
 	b.WriteString("each description is a short runbook, and `runbook_url` links its page in [docs/runbooks](../../docs/runbooks/README.md)\n")
 	b.WriteString("(`prometheusRule.runbookBaseURL` moves the links). They select `job=\"ipvs-guard\"`, which the ServiceMonitor sets.\n\n")
 	b.WriteString("Upgrading from a release with four conditions: kube-proxy's data plane has its own condition,\n")

@@ -10,14 +10,26 @@
 # bind mount, and the runtime stage is scratch (RUNTIME_IMAGE; real builds use
 # distroless/static). Tier `make test-image`.
 #
-# Env: IMAGE (default localhost/ipvs-guard:<version>), VERSION, COMMIT, BUILD_DATE.
+# Env: IMAGE (default localhost/ipvs-guard:<version>), VERSION (default: the file VERSION),
+# COMMIT, BUILD_DATE; PLATFORM (default linux/<go env GOARCH>): another architecture is
+# cross-compiled by the builder stage (GOARCH; the binary is static), checked by its metadata
+# and not run; RUNTIME_IMAGE (default scratch; anything else is pulled when missing, e.g.
+# gcr.io/distroless/static-debian12:nonroot for a release); IMAGE_ARCHIVE: also write the
+# image there as a docker-archive tagged IMAGE (what `ctr images import` and RKE2's
+# agent/images directory read).
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 cd "$REPO_ROOT"
 
 apt_ensure buildah podman runc busybox-static
 as_root true
 
-VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
+VERSION=${VERSION:-$(cat VERSION)}
+PLATFORM=${PLATFORM:-linux/$(go env GOARCH)}
+arch=${PLATFORM#linux/}
+[ "$PLATFORM" = "linux/$arch" ] && [ -n "$arch" ] || die "PLATFORM=$PLATFORM: want linux/<arch>"
+RUNTIME_IMAGE=${RUNTIME_IMAGE:-scratch}
+pull=(--pull-never)
+[ "$RUNTIME_IMAGE" = scratch ] || pull=()
 COMMIT=${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 BUILD_DATE=${BUILD_DATE:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}
 IMAGE=${IMAGE:-localhost/ipvs-guard:$VERSION}
@@ -48,14 +60,15 @@ fi
 
 # 2. The real Dockerfile, offline.
 modproxy=$(go env GOMODCACHE)/cache/download
-log "building $IMAGE (builder $builder, runtime scratch, GOPROXY=file://$modproxy)"
+log "building $IMAGE for $PLATFORM (builder $builder, runtime $RUNTIME_IMAGE, GOPROXY=file://$modproxy)"
 start=$SECONDS
-"${bah[@]}" bud --isolation=chroot --pull-never --layers=false --quiet \
-	-f Dockerfile -t "$IMAGE" \
+"${bah[@]}" bud --isolation=chroot "${pull[@]}" --layers=false --quiet \
+	-f Dockerfile -t "$IMAGE" --platform "$PLATFORM" \
 	-v "$modproxy:/goproxy:ro" \
 	--build-arg BUILDER_IMAGE="$builder" \
-	--build-arg RUNTIME_IMAGE=scratch \
-	--build-arg TARGETOS=linux --build-arg TARGETARCH="$(go env GOARCH)" \
+	--build-arg BUILDPLATFORM="linux/$(go env GOARCH)" \
+	--build-arg RUNTIME_IMAGE="$RUNTIME_IMAGE" \
+	--build-arg TARGETOS=linux --build-arg TARGETARCH="$arch" \
 	--build-arg GOPROXY=file:///goproxy \
 	--build-arg VERSION="$VERSION" --build-arg COMMIT="$COMMIT" --build-arg BUILD_DATE="$BUILD_DATE" \
 	. >/dev/null
@@ -72,6 +85,21 @@ check "entrypoint" "$(inspect '{{.OCIv1.Config.Entrypoint}}')" '[/usr/local/bin/
 check "label version" "$(inspect '{{index .OCIv1.Config.Labels "org.opencontainers.image.version"}}')" "$VERSION"
 check "label revision" "$(inspect '{{index .OCIv1.Config.Labels "org.opencontainers.image.revision"}}')" "$COMMIT"
 check "label source" "$(inspect '{{index .OCIv1.Config.Labels "org.opencontainers.image.source"}}')" "https://github.com/ipvs-guard/ipvs-guard"
+check "architecture" "$(inspect '{{.OCIv1.Architecture}}')" "$arch"
+check "os" "$(inspect '{{.OCIv1.OS}}')" "linux"
+if [ -n "${IMAGE_ARCHIVE:-}" ]; then
+	mkdir -p "$(dirname "$IMAGE_ARCHIVE")"
+	rm -f "$IMAGE_ARCHIVE.tmp"
+	"${bah[@]}" push --quiet "$IMAGE" "docker-archive:$IMAGE_ARCHIVE.tmp:$IMAGE" >/dev/null
+	mv "$IMAGE_ARCHIVE.tmp" "$IMAGE_ARCHIVE"
+	log "wrote $IMAGE_ARCHIVE ($(du -h "$IMAGE_ARCHIVE" | cut -f1)): docker-archive of $IMAGE"
+fi
+if [ "$arch" != "$(go env GOARCH)" ]; then
+	# Another architecture's binary does not run here (no binfmt emulation).
+	[ $fail = 0 ] || die "image checks failed"
+	log "image checks passed ($PLATFORM: metadata only)"
+	exit 0
+fi
 
 # 4. Run it: `ipvs-guard version` must print this build's info.
 run=(as_root podman --storage-driver overlay run --rm --runtime runc --network none

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,6 +36,49 @@ var Users = []apiservertest.User{{Name: ControllerManagerUser}, {Name: Scheduler
 // apiservertest.Start/StartServer.
 func ServerOptions(o apiservertest.Options) apiservertest.Options {
 	o.Users = append(append([]apiservertest.User(nil), o.Users...), Users...)
+	return o
+}
+
+// PodSecurityExemptNamespaces are the namespaces RKE2's CIS profile exempts
+// from its cluster-wide restricted Pod Security level (rancher/rke2
+// pkg/rke2/psa.go).
+var PodSecurityExemptNamespaces = []string{"kube-system", "cis-operator-system", "tigera-operator"}
+
+// PodSecurityRestricted returns o with the PodSecurity admission plugin (on
+// by default) configured as RKE2's CIS profile configures it: every
+// namespace enforces, audits and warns the restricted level unless its
+// pod-security.kubernetes.io labels say otherwise, and
+// PodSecurityExemptNamespaces are exempt. The AdmissionConfiguration is
+// written to a temporary directory of t.
+func PodSecurityRestricted(t testing.TB, o apiservertest.Options) apiservertest.Options {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "admission.yaml")
+	var exempt strings.Builder
+	for _, ns := range PodSecurityExemptNamespaces {
+		fmt.Fprintf(&exempt, "\n      - %s", ns)
+	}
+	config := `apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: PodSecurity
+  configuration:
+    apiVersion: pod-security.admission.config.k8s.io/v1
+    kind: PodSecurityConfiguration
+    defaults:
+      enforce: restricted
+      enforce-version: latest
+      audit: restricted
+      audit-version: latest
+      warn: restricted
+      warn-version: latest
+    exemptions:
+      usernames: []
+      runtimeClasses: []
+      namespaces:` + exempt.String() + "\n"
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o.ExtraFlags = append(append([]string(nil), o.ExtraFlags...), "--admission-control-config-file="+path)
 	return o
 }
 

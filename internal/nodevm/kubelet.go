@@ -198,3 +198,15 @@ func PublishAPIServer(ctx context.Context, cs kubernetes.Interface, srv *apiserv
 	}
 	return nil
 }
+
+// PlainHTTPRegistry returns the file that lets the node's containerd pull
+// from (and resolve tags at) the registry at hostPort over plain HTTP, e.g.
+// HostAddr:<port> for a registry on the host's loopback: its hosts.toml
+// under containerd's config_path (/etc/containerd/certs.d).
+func PlainHTTPRegistry(hostPort string) (path string, f File) {
+	return "/etc/containerd/certs.d/" + hostPort + "/hosts.toml", File{Data: fmt.Sprintf(`server = "http://%[1]s"
+
+[host."http://%[1]s"]
+  capabilities = ["pull", "resolve"]
+`, hostPort)}
+}

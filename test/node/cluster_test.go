@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,14 +38,17 @@ func chartDir() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "deploy", "ipvs-guard")
 }
 
-// helm runs the real helm against the API server's admin kubeconfig.
-func helm(t *testing.T, kubeconfig string, args ...string) {
+// helm runs the real helm against the API server's admin kubeconfig and
+// returns its output (warnings included).
+func helm(t *testing.T, kubeconfig string, args ...string) string {
 	t.Helper()
 	bin := testenv.Tool(t, "HELM", "helm", "hack/test-node.sh builds it")
 	cmd := exec.Command(bin, append(args, "--kubeconfig", kubeconfig)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
+	out, err := cmd.CombinedOutput()
+	if err != nil {
 		t.Fatalf("helm %v: %v\n%s", args, err, out)
 	}
+	return string(out)
 }
 
 // registerNode creates a Node with a node's capacity, as a kubelet would
@@ -70,28 +74,94 @@ func registerNode(ctx context.Context, t *testing.T, cs kubernetes.Interface, na
 }
 
 // TestHelmInstallControlPlane installs the chart with default values but the
-// image and follows the real controllers: the DaemonSet controller creates
-// the pod, the scheduler binds it to the Node, the pod carries the projected
-// service-account token and NODE_NAME from the downward API, the namespace
-// gets kube-root-ca.crt; `helm uninstall` removes the DaemonSet and the
-// garbage collector deletes its pod.
+// image into a cluster whose PodSecurity admission enforces the restricted
+// level on every namespace but kube-system, as RKE2's CIS profile does, and
+// follows the real controllers. Into a namespace nobody labelled
+// (`--create-namespace`): helm warns that the pod template would violate
+// restricted and its NOTES say how to label the namespace, the DaemonSet is
+// created, and no pod ever is: the DaemonSet controller's FailedCreate
+// Events name PodSecurity (host network, hostPath volumes, the added
+// capabilities) and the DaemonSet's status counts no pod. With the chart creating its namespace labelled
+// privileged (namespace.create, the release kept in kube-system): the
+// DaemonSet controller creates the pod, the scheduler binds it to the Node,
+// the pod carries the projected service-account token and NODE_NAME from the
+// downward API, the namespace gets kube-root-ca.crt; `helm uninstall`
+// removes the DaemonSet and the garbage collector deletes its pod.
 func TestHelmInstallControlPlane(t *testing.T) {
-	srv := apiservertest.Start(t, controlplanetest.ServerOptions(apiservertest.Options{}))
+	srv := apiservertest.Start(t, controlplanetest.ServerOptions(controlplanetest.PodSecurityRestricted(t, apiservertest.Options{})))
 	controlplanetest.Start(t, controlplanetest.Options{API: srv})
 	cs := kubernetes.NewForConfigOrDie(srv.AdminConfig())
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	registerNode(ctx, t, cs, nodeName)
 
+	// An unlabelled namespace under a restricted default: no pod.
+	const plain = "unlabelled"
+	out := helm(t, srv.Kubeconfig, "install", release, chartDir(), "--namespace", plain, "--create-namespace",
+		"--set", "image.repository=localhost/ipvs-guard", "--set", "image.tag=node-test")
+	// helm logs the API server's warning through klog, quotes escaped.
+	if !strings.Contains(out, `would violate PodSecurity \"restricted:latest\": host namespaces (hostNetwork=true)`) {
+		t.Errorf("helm install into an unlabelled namespace printed no PodSecurity warning:\n%s", out)
+	}
+	// The chart's NOTES tell how to label it.
+	if want := "kubectl label namespace " + plain + " --overwrite pod-security.kubernetes.io/enforce=privileged"; !strings.Contains(out, want) {
+		t.Errorf("helm install's NOTES lack %q:\n%s", want, out)
+	}
+	var forbidden string
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		evs, err := cs.CoreV1().Events(plain).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=DaemonSet,reason=FailedCreate"})
+		if err != nil || len(evs.Items) == 0 {
+			return false, nil
+		}
+		forbidden = evs.Items[0].Message
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("no FailedCreate Event on the DaemonSet in the unlabelled namespace: %v", err)
+	}
+	t.Logf("DaemonSet %s/%s FailedCreate: %s", plain, release, forbidden)
+	for _, want := range []string{`violates PodSecurity "restricted:latest"`, "host namespaces (hostNetwork=true)", `use restricted volume type "hostPath"`, `must not include "NET_ADMIN", "NET_RAW", "SYS_MODULE"`} {
+		if !strings.Contains(forbidden, want) {
+			t.Errorf("FailedCreate message lacks %q: %s", want, forbidden)
+		}
+	}
+	ds, err := cs.AppsV1().DaemonSets(plain).Get(ctx, release, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := cs.CoreV1().Pods(plain).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 0 || ds.Status.CurrentNumberScheduled != 0 || ds.Status.NumberReady != 0 {
+		t.Errorf("unlabelled namespace: %d pods, DaemonSet status %+v; want no pod", len(pods.Items), ds.Status)
+	}
+	helm(t, srv.Kubeconfig, "uninstall", release, "--namespace", plain, "--wait", "--no-hooks")
+
+	// The chart's own namespace, labelled privileged; the release in
+	// kube-system (Helm stores it before it creates anything).
 	start := time.Now()
-	helm(t, srv.Kubeconfig, "install", release, chartDir(), "--namespace", namespace, "--create-namespace",
+	out = helm(t, srv.Kubeconfig, "install", release, chartDir(), "--namespace", "kube-system",
+		"--set", "namespace.create=true", "--set", "namespace.name="+namespace,
 		"--set", "image.repository=localhost/ipvs-guard", "--set", "image.tag=node-test",
 		// kube-proxy is a host process in IPVS mode that cannot start without
 		// the modules, and nothing else on the node tells its mode.
 		"--set", "assumeProxyMode=ipvs")
+	if want := "namespace " + namespace + " admits the agent's pods"; !strings.Contains(out, want) {
+		t.Errorf("helm install's NOTES lack %q:\n%s", want, out)
+	}
+	ns, err := cs.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"enforce", "audit", "warn"} {
+		if got := ns.Labels["pod-security.kubernetes.io/"+mode]; got != "privileged" {
+			t.Errorf("namespace %s label pod-security.kubernetes.io/%s = %q, want privileged", namespace, mode, got)
+		}
+	}
 
 	var pod corev1.Pod
-	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		pods, err := cs.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
 		if err != nil || len(pods.Items) == 0 || pods.Items[0].Spec.NodeName == "" {
 			return false, nil
@@ -159,7 +229,7 @@ func TestHelmInstallControlPlane(t *testing.T) {
 
 	// No kubelet runs the chart's post-delete cleanup Job here: the hook is
 	// skipped (the chart tier runs `ipvs-guard cleanup` with its RBAC).
-	helm(t, srv.Kubeconfig, "uninstall", release, "--namespace", namespace, "--wait", "--no-hooks")
+	helm(t, srv.Kubeconfig, "uninstall", release, "--namespace", "kube-system", "--wait", "--no-hooks")
 	// The garbage collector deletes the pod; with no kubelet to confirm
 	// the container stopped, it stays Terminating.
 	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {

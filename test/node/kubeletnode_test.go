@@ -41,9 +41,30 @@ type kubeletNode struct {
 	pod corev1.Pod
 }
 
+// kubeletNodeOptions vary the kubelet node of a test. Zero values pick
+// the defaults.
+type kubeletNodeOptions struct {
+	// images are docker archives imported into the node's containerd
+	// besides the pause image; nil imports the agent's image
+	// (NODE_AGENT_IMAGE, localhost/ipvs-guard:node).
+	images []string
+	// files are added to the node's disk.
+	files map[string]nodevm.File
+	// podSecurity makes the API server's PodSecurity admission enforce the
+	// restricted level on every namespace but kube-system, as RKE2's CIS
+	// profile does (controlplanetest.PodSecurityRestricted).
+	podSecurity bool
+}
+
 // startKubeletNode starts the control plane and the node and waits until
 // the kubelet has registered the Node and reports it Ready.
 func startKubeletNode(t *testing.T) *kubeletNode {
+	t.Helper()
+	return startKubeletNodeWith(t, kubeletNodeOptions{})
+}
+
+// startKubeletNodeWith is startKubeletNode with o.
+func startKubeletNodeWith(t *testing.T, o kubeletNodeOptions) *kubeletNode {
 	t.Helper()
 	for _, name := range []string{"kubelet", "kube-proxy"} {
 		_, err := os.Stat(apiservertest.CachedBinary(name))
@@ -51,19 +72,29 @@ func startKubeletNode(t *testing.T) *kubeletNode {
 	}
 	testenv.Require(t, os.Getenv("CONTAINERD_DIR") != "", "CONTAINERD_DIR is needed: run hack/ensure-containerd.sh")
 	pause := imageArchive(t, "NODE_PAUSE_IMAGE", "pause")
-	agentImage := imageArchive(t, "NODE_AGENT_IMAGE", "ipvs-guard")
+	images := o.images
+	if images == nil {
+		images = []string{imageArchive(t, "NODE_AGENT_IMAGE", "ipvs-guard")}
+	}
 
 	k := &kubeletNode{t: t, ctx: context.Background()}
-	k.srv = apiservertest.Start(t, controlplanetest.ServerOptions(nodevm.KubeletServerOptions(apiservertest.Options{})))
+	opts := nodevm.KubeletServerOptions(apiservertest.Options{})
+	if o.podSecurity {
+		opts = controlplanetest.PodSecurityRestricted(t, opts)
+	}
+	k.srv = apiservertest.Start(t, controlplanetest.ServerOptions(opts))
 	controlplanetest.Start(t, controlplanetest.Options{API: k.srv})
 	k.cs = kubernetes.NewForConfigOrDie(k.srv.AdminConfig())
 	if err := nodevm.PublishAPIServer(k.ctx, k.cs, k.srv); err != nil {
 		t.Fatal(err)
 	}
 	k.ctl = startControl(t)
-	files, err := nodevm.KubeletFiles(nodevm.KubeletOptions{API: k.srv, Images: []string{pause, agentImage}})
+	files, err := nodevm.KubeletFiles(nodevm.KubeletOptions{API: k.srv, Images: append([]string{pause}, images...)})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for path, f := range o.files {
+		files[path] = f
 	}
 	files["/usr/local/sbin/node-kubelet-scenario"] = nodevm.File{Source: filepath.Join("testdata", "node-kubelet-scenario"), Mode: 0o755}
 	files["/etc/systemd/system/node-kubelet-scenario.service"] = nodevm.File{Source: filepath.Join("testdata", "node-kubelet-scenario.service")}

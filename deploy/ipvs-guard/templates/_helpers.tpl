@@ -91,8 +91,64 @@ binary brackets an IPv6 one). Call with (list bindAddress port).
 {{- end }}
 
 {{/*
+The namespace of every namespaced resource: namespace.name, else the release
+namespace. With namespace.create the chart creates it (namespace.yaml); Helm
+keeps its release record in the release namespace, which must then be another,
+existing one.
+*/}}
+{{- define "ipvs-guard.namespace" -}}
+{{- default .Release.Namespace .Values.namespace.name }}
+{{- end }}
+
+{{/*
+The Pod Security Admission labels of the agents' namespace (namespace.podSecurity).
+*/}}
+{{- define "ipvs-guard.podSecurityLabels" -}}
+{{- range $mode := list "enforce" "audit" "warn" }}
+{{- with index $.Values.namespace.podSecurity $mode }}
+pod-security.kubernetes.io/{{ $mode }}: {{ . }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
 Whether the agents serve HTTPS metrics authorized by the API server.
 */}}
 {{- define "ipvs-guard.metricsSecure" -}}
 {{- if and .Values.metrics.enabled .Values.metrics.secure }}true{{ end }}
+{{- end }}
+
+{{/*
+The tolerations `tolerate` gives, as a YAML list.
+*/}}
+{{- define "ipvs-guard.tolerations" -}}
+{{- if eq .Values.tolerate "all" }}
+- operator: Exists
+{{- else if eq .Values.tolerate "control-plane" }}
+- key: node-role.kubernetes.io/control-plane
+  operator: Exists
+- key: node-role.kubernetes.io/master
+  operator: Exists
+- key: node-role.kubernetes.io/etcd
+  operator: Exists
+- key: CriticalAddonsOnly
+  operator: Exists
+{{- else if eq .Values.tolerate "none" }}
+[]
+{{- else }}
+{{- fail (printf "tolerate: %q is not all, control-plane or none" .Values.tolerate) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The host directories a report-only agent mounts read-only at their own paths,
+as volume name: host path: they hold /lib/modules, /etc/modules and every
+persistent modules-load.d directory, and every host has them (FHS), so no
+hostPath is created.
+*/}}
+{{- define "ipvs-guard.reportOnlyDirs" -}}
+host-etc: /etc
+host-lib: /lib
+host-usr-lib: /usr/lib
+host-usr-local-lib: /usr/local/lib
 {{- end }}
