@@ -59,7 +59,7 @@ func TestRunDataplaneConditionInNFTablesMode(t *testing.T) {
 	code := make(chan int, 1)
 	go func() {
 		code <- execute(runCtx, []string{"run", "--kubeconfig", s.Kubeconfig, "--node-name", "node-a", "--root", root,
-			"--kube-proxy-metrics-address", addr, "--health-probe-bind-address", health, "--metrics-bind-address", health, "--resync-period", "1s"})
+			"--kube-proxy-metrics-address", addr, "--health-probe-bind-address", health, "--metrics-bind-address", health, "--metrics-secure=false", "--resync-period", "1s"})
 	}()
 	stopped := false
 	stopRun := func() {

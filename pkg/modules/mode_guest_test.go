@@ -114,7 +114,7 @@ current-context: c
 	var logs bytes.Buffer
 	agent := exec.Command(guest.Bin(), "run", "--kubeconfig", kubeconfig, "--node-name", "guest", "--remediate",
 		"--kube-proxy-metrics-address", silentKubeProxy, "--resync-period", "2s",
-		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", "0")
+		"--metrics-bind-address", metricsAddr, "--metrics-secure=false", "--health-probe-bind-address", "0")
 	agent.Stdout, agent.Stderr = &logs, &logs
 	if err := agent.Start(); err != nil {
 		t.Fatal(err)
