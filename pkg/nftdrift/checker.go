@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +26,7 @@ const (
 	ReasonObjectsMissing   = "NFTablesObjectsMissing"
 	ReasonServiceIPMissing = "NFTablesServiceIPMissing"
 	ReasonRejected         = "NFTablesServiceRejected"
+	ReasonBlackHole        = "NFTablesLoadBalancerBlackHole"
 	ReasonStaleEndpoints   = "NFTablesStaleEndpoints"
 	ReasonMissingEndpoints = "NFTablesMissingEndpoints"
 	ReasonNoKubeconfig     = "NoKubeconfig"
@@ -35,6 +37,7 @@ const (
 var reasonOf = []struct{ kind, reason string }{
 	{KindTableMissing, ReasonTableMissing},
 	{KindObjectMissing, ReasonObjectsMissing},
+	{KindBlackHole, ReasonBlackHole},
 	{KindServiceIPMissing, ReasonServiceIPMissing},
 	{KindWrongChain, ReasonServiceIPMissing},
 	{KindNodePortMissing, ReasonServiceIPMissing},
@@ -56,6 +59,10 @@ type Config struct {
 	Endpoints ipvsdrift.Endpoints
 	// NodeName is this node's name.
 	NodeName string
+	// Announced returns the LoadBalancer IPs this node announces (MetalLB's
+	// ServiceL2Status, from the agent's cached view); nil judges no black
+	// hole.
+	Announced func(ctx context.Context) (map[netip.Addr]bool, error)
 	// Settle holds findings back until they persisted (the agent); nil
 	// reports at once (diagnose).
 	Settle *check.Settler
@@ -126,16 +133,26 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		}
 		in.Endpoints = all
 	}
+	if c.cfg.Announced != nil && in.Services != nil {
+		if in.Announced, err = c.cfg.Announced(ctx); err != nil {
+			logger.Info("Cannot read the LoadBalancer IPs this node announces; black holes are not judged", "err", err)
+		}
+	}
 	found := check.KeepSettled(c.cfg.Settle, Compare(in), Finding.Key)
 	res := check.Result{Name: c.Name()}
+	var problems []Finding
 	for _, f := range found {
 		res.Findings = append(res.Findings, f)
+		if f.Problem {
+			problems = append(problems, f)
+		}
 	}
-	if len(found) == 0 {
+	if len(problems) == 0 {
 		res.Status, res.Reason = check.StatusOK, ReasonOK
-		res.Message = "kube-proxy's nftables table matches the Services and endpoints"
+		res.Message = "kube-proxy's nftables table matches the Services and endpoints (ghost elements and chains, if any: ipvs-guard diagnose)"
 		return res, nil
 	}
+	found = problems
 	res.Status = check.StatusProblem
 	for _, r := range reasonOf {
 		for _, f := range found {

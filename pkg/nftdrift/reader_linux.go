@@ -59,7 +59,7 @@ func (r Reader) Read() ([]Table, error) {
 
 func readTable(conn *nftables.Conn, fam nftables.TableFamily, name string) (Table, error) {
 	t := Table{Family: name, Chains: map[string]bool{}, Maps: map[string]bool{}, ServiceIPs: map[ServiceKey]string{},
-		NodePorts: map[PortKey]string{}, NoEndpoint: map[ServiceKey]string{}, DNAT: map[string][]netip.AddrPort{}}
+		NodePorts: map[PortKey]string{}, NoEndpoint: map[ServiceKey]string{}, DNAT: map[string][]netip.AddrPort{}, Rules: map[string]int{}}
 	tbl, err := conn.ListTableOfFamily(TableName, fam)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) {
@@ -150,6 +150,7 @@ func readTable(conn *nftables.Conn, fam nftables.TableFamily, name string) (Tabl
 		if err != nil {
 			return t, err
 		}
+		t.Rules[n] = len(rules)
 		eps := []netip.AddrPort{}
 		for _, r := range rules {
 			for _, e := range r.Exprs {
