@@ -169,8 +169,24 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		}
 		parts = append(parts, f.String())
 	}
+	holes := 0
+	for _, f := range found {
+		if f.Kind == KindBlackHole {
+			holes++
+		}
+	}
+	blackHoleStep := "a black hole: MetalLB announces the LoadBalancer IP from this node, which has no local endpoint of its Local-policy Service; check the MetalLB speaker on this node (its log; restart it to have the IP move to a node with an endpoint) and the Service's pods"
+	if holes == len(found) {
+		res.Message = strings.Join(parts, "; ") + ": external clients of it get no answer until MetalLB moves the IP or a local endpoint is ready"
+		res.Remediation = check.Steps(blackHoleStep)
+		return res, nil
+	}
 	res.Message = strings.Join(parts, "; ") + ": kube-proxy repairs its table only at its next full sync (hourly) or a Service change; restart kube-proxy on this node to rewrite it now"
-	res.Remediation = check.Steps("restart kube-proxy on this node (RKE2: `crictl rm -f $(crictl ps -q --name kube-proxy)`; kubeadm: delete its kube-proxy pod): it rewrites its whole table at start",
-		"if a firewall reload removed the table (firewalld FlushAllOnReload, `nft flush ruleset`), keep that from touching the kube-proxy table")
+	steps := []string{"restart kube-proxy on this node (RKE2: `crictl rm -f $(crictl ps -q --name kube-proxy)`; kubeadm: delete its kube-proxy pod): it rewrites its whole table at start",
+		"if a firewall reload removed the table (firewalld FlushAllOnReload, `nft flush ruleset`), keep that from touching the kube-proxy table"}
+	if holes > 0 {
+		steps = append(steps, blackHoleStep)
+	}
+	res.Remediation = check.Steps(steps...)
 	return res, nil
 }

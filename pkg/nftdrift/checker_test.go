@@ -91,3 +91,42 @@ func (f fakeEndpoints) Of(ctx context.Context, _ []string) (ipvsdrift.ServiceEnd
 	all, _, err := f.All(ctx)
 	return all, err
 }
+
+// TestCheckerBlackHole: a black hole is a problem of its own reason, whose
+// message and remediation send the operator to MetalLB, not to kube-proxy.
+func TestCheckerBlackHole(t *testing.T) {
+	lb := svc("lb", "10.96.0.11", corev1.ServiceTypeLoadBalancer, 30080, "192.0.2.10")
+	lb.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	services := []*corev1.Service{svc("web", "10.96.0.10", corev1.ServiceTypeClusterIP, 0, ""), lb}
+	tbl := goodTable()
+	tbl.NoEndpoint[ServiceKey{netip.MustParseAddr("192.0.2.10"), "tcp", 80}] = "drop"
+	for _, announced := range []bool{true, false} {
+		c, err := NewChecker(Config{
+			Read:      func() ([]Table, error) { return []Table{tbl}, nil },
+			Mode:      func(context.Context) (string, error) { return kubeproxy.ModeNFTables, nil },
+			Services:  func(context.Context) ([]*corev1.Service, error) { return services, nil },
+			Endpoints: fakeEndpoints{}, // lb's endpoint is on n2
+			NodeName:  "n1",
+			Announced: func(context.Context) (map[netip.Addr]bool, error) {
+				return map[netip.Addr]bool{netip.MustParseAddr("192.0.2.10"): announced}, nil
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.Run(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !announced {
+			if r.Status != check.StatusOK {
+				t.Errorf("announced by another node: %s/%s %q", r.Status, r.Reason, r.Message)
+			}
+			continue
+		}
+		if r.Status != check.StatusProblem || r.Reason != ReasonBlackHole || !strings.Contains(r.Message, "black hole") ||
+			strings.Contains(r.Message, "restart kube-proxy") || len(r.Remediation) != 1 || !strings.Contains(strings.Join(r.Remediation[0], " "), "MetalLB") {
+			t.Errorf("%s/%s %q %v", r.Status, r.Reason, r.Message, r.Remediation)
+		}
+	}
+}

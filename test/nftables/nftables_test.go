@@ -7,6 +7,7 @@ package nftables
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -378,6 +379,57 @@ func TestKubeProxyNFTables(t *testing.T) {
 			f.restart(t)
 		})
 	}
+	t.Run("black hole: a Local LoadBalancer IP announced here with no local endpoint", func(t *testing.T) {
+		lbIP := netip.MustParseAddr("192.0.2.10")
+		announced := map[netip.Addr]bool{lbIP: true}
+		here, err := nftdrift.NewChecker(nftdrift.Config{Read: nftdrift.Reader{}.Read, Mode: kp.ProxyMode, Services: ipvscheck.NewCluster(client).Services,
+			Endpoints: ipvsdrift.NewEndpointReader(client, 0), NodeName: node,
+			Announced: func(context.Context) (map[netip.Addr]bool, error) { return announced, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := here.Run(ctx); err != nil || r.Status != check.StatusOK {
+			t.Fatalf("with a local endpoint: %s/%s %q (%v)", r.Status, r.Reason, r.Message, err)
+		}
+		// The local endpoint goes; n2's stays: kube-proxy drops the
+		// LoadBalancer IP's external traffic on this node.
+		if _, err := f.cs.DiscoveryV1().EndpointSlices("default").Update(ctx, slice("lb", "lb-1", 8080, "10.244.1.9@n2"), metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		elem := "192.0.2.10 . tcp . 80"
+		start := time.Now()
+		var r check.Result
+		for {
+			if r, err = here.Run(ctx); err == nil && r.Reason == nftdrift.ReasonBlackHole && hasFinding(r, nftdrift.KindBlackHole, elem) {
+				break
+			}
+			if time.Since(start) > 20*time.Second {
+				t.Fatalf("no black hole 20s after the local endpoint went: %s/%s %q (%v)", r.Status, r.Reason, r.Message, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if out := f.nftOut("-j", "list", "map", "ip", "kube-proxy", "no-endpoint-services"); !strings.Contains(out, `"192.0.2.10"`) || !strings.Contains(out, `"drop"`) {
+			t.Errorf("nft -j does not list 192.0.2.10 : drop in no-endpoint-services while the check calls it a black hole:\n%s", out)
+		}
+		if r.Status != check.StatusProblem || strings.Contains(r.Message, "restart kube-proxy") {
+			t.Errorf("black hole: %s %q", r.Status, r.Message)
+		}
+		t.Logf("black hole named %.1fs after the local endpoint went: %s", time.Since(start).Seconds(), r.Message)
+		// Announced by another node: kube-proxy's rule, no problem here.
+		announced = map[netip.Addr]bool{}
+		if r, err := here.Run(ctx); err != nil || r.Status != check.StatusOK {
+			t.Errorf("announced elsewhere: %s/%s %q (%v)", r.Status, r.Reason, r.Message, err)
+		}
+		if _, err := f.cs.DiscoveryV1().EndpointSlices("default").Update(ctx, slice("lb", "lb-1", 8080, "10.244.1.8@"+node, "10.244.1.9@n2"), metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		announced = map[netip.Addr]bool{lbIP: true}
+		f.waitDrift(t, "the local endpoint back", 20*time.Second, func(check.Result) bool {
+			r, err := here.Run(ctx)
+			return err == nil && r.Status == check.StatusOK
+		})
+	})
+
 	t.Run("ghosts: an element and a chain of no Service are advisories", func(t *testing.T) {
 		tables, err := nftdrift.Reader{}.Read()
 		if err != nil {
