@@ -30,7 +30,11 @@ const (
 	ReasonStaleEndpoints   = "NFTablesStaleEndpoints"
 	ReasonMissingEndpoints = "NFTablesMissingEndpoints"
 	ReasonNoKubeconfig     = "NoKubeconfig"
-	ReasonUnreachable      = kubeproxy.ReasonUnreachable
+	// iptables mode (where iptables is the nf_tables backend).
+	ReasonIPTablesOK            = "IPTablesChainsPresent"
+	ReasonIPTablesChainsMissing = "IPTablesChainsMissing"
+	ReasonIPTablesLegacy        = "IPTablesLegacyBackend"
+	ReasonUnreachable           = kubeproxy.ReasonUnreachable
 )
 
 // reasonOf is each kind's reason, worst first.
@@ -50,6 +54,12 @@ var reasonOf = []struct{ kind, reason string }{
 type Config struct {
 	// Read reads kube-proxy's tables (Reader.Read).
 	Read func() ([]Table, error)
+	// ReadIPTables reads iptables-nft's tables (Reader.ReadIPTables); nil:
+	// iptables mode is not judged.
+	ReadIPTables func() ([]IPTablesFamily, error)
+	// LegacyIPTables reports whether iptables-legacy holds kube-proxy's
+	// chains; nil is LegacyIPTablesInUse.
+	LegacyIPTables func() bool
 	// Mode returns the mode kube-proxy runs in (its /proxyMode).
 	Mode func(ctx context.Context) (string, error)
 	// Services lists every Service; nil: only the table's presence is judged.
@@ -112,6 +122,9 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		mode = c.lastMode
 	default:
 		return check.Result{}, fmt.Errorf("reading kube-proxy's mode: %w", err)
+	}
+	if mode == kubeproxy.ModeIPTables && c.cfg.ReadIPTables != nil {
+		return c.runIPTables(ctx, logger)
 	}
 	if mode != kubeproxy.ModeNFTables {
 		return check.Skipped(c.Name(), ReasonNotNFTables, fmt.Sprintf("kube-proxy runs in %s mode: it programs no nftables table", mode)), nil
@@ -188,5 +201,50 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		steps = append(steps, blackHoleStep)
 	}
 	res.Remediation = check.Steps(steps...)
+	return res, nil
+}
+
+// runIPTables judges iptables mode: kube-proxy's chains present in
+// iptables-nft's tables (docs/design.md §3c).
+func (c *Checker) runIPTables(ctx context.Context, logger klog.Logger) (check.Result, error) {
+	legacy := c.cfg.LegacyIPTables
+	if legacy == nil {
+		legacy = LegacyIPTablesInUse
+	}
+	if legacy() {
+		return check.Skipped(c.Name(), ReasonIPTablesLegacy, "kube-proxy runs in iptables mode and this node's iptables is the legacy (x_tables) backend: its chains are not read"), nil
+	}
+	fams, err := c.cfg.ReadIPTables()
+	if err != nil {
+		return check.Result{}, fmt.Errorf("reading iptables-nft's tables: %w", err)
+	}
+	var svcs []*corev1.Service
+	if c.cfg.Services != nil {
+		if svcs, err = c.cfg.Services(ctx); err != nil {
+			logger.Info("Cannot read Services; only the IPv4 chains are judged", "err", err)
+		}
+	}
+	found := check.KeepSettled(c.cfg.Settle, CompareIPTables(fams, svcs), Finding.Key)
+	res := check.Result{Name: c.Name()}
+	for _, f := range found {
+		res.Findings = append(res.Findings, f)
+	}
+	if len(found) == 0 {
+		res.Status, res.Reason = check.StatusOK, ReasonIPTablesOK
+		res.Message = "kube-proxy runs in iptables mode and its chains (KUBE-SERVICES, KUBE-PROXY-CANARY) are present"
+		return res, nil
+	}
+	res.Status, res.Reason = check.StatusProblem, ReasonIPTablesChainsMissing
+	var parts []string
+	for i, f := range found {
+		if i == maxNamed {
+			parts = append(parts, "and more (ipvs-guard diagnose lists them)")
+			break
+		}
+		parts = append(parts, f.String())
+	}
+	res.Message = strings.Join(parts, "; ") + ": kube-proxy's canary should make it rewrite its rules within its sync period; it has not"
+	res.Remediation = check.Steps("restart kube-proxy on this node (RKE2: `crictl rm -f $(crictl ps -q --name kube-proxy)`; kubeadm: delete its kube-proxy pod): it rewrites its rules at start",
+		"if a firewall reload flushes the ruleset (firewalld FlushAllOnReload, `nft flush ruleset`, `iptables -F`), keep it from touching kube-proxy's chains")
 	return res, nil
 }

@@ -94,6 +94,8 @@ func (f Finding) String() string {
 		return fmt.Sprintf("%s: %s DNATs to %s, no ready endpoint of %s", tbl, f.Chain, f.Endpoint, f.Service)
 	case KindMissingEndpoint:
 		return fmt.Sprintf("%s: ready endpoint %s of %s is not in %s", tbl, f.Endpoint, f.Service, f.Chain)
+	case KindIPTablesChainMissing:
+		return iptablesChainMissing(f)
 	case KindBlackHole:
 		return fmt.Sprintf("%s: black hole: LoadBalancer IP %s of %s (externalTrafficPolicy Local) is announced by this node, which has no local endpoint: kube-proxy drops it (%s)", tbl, f.Element, f.Service, MapNoEndpoint)
 	case KindGhostElement:
