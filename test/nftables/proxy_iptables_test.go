@@ -28,7 +28,8 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/nftdrift"
 )
 
-// TestKubeProxyIPTables: the real kube-proxy in iptables mode over this
+// TestKubeProxyIPTables (after TestKubeProxyNFTables: files run in name
+// order): the real kube-proxy in iptables mode over this
 // host's iptables-nft: its chains read over netlink are present; a flushed
 // ruleset (the firewall reload) while kube-proxy is stopped is named at
 // once, and once it runs again its canary puts them back.
@@ -70,6 +71,11 @@ func TestKubeProxyIPTables(t *testing.T) {
 		_ = cmd.Process.Signal(syscall.SIGCONT)
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
+		// Leave the namespace as found: iptables mode's chains (ip and
+		// ip6) would otherwise stay for the tests after this one.
+		if out, err := exec.Command(nft, "flush", "ruleset").CombinedOutput(); err != nil {
+			t.Errorf("nft flush ruleset: %v: %s", err, out)
+		}
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
 			lines := strings.Split(string(b), "\n")
