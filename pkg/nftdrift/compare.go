@@ -194,7 +194,6 @@ func ghosts(t Table, svcs []*corev1.Service, v4 bool) []Finding {
 	keys := map[ServiceKey]bool{}
 	nodePorts := map[PortKey]bool{}
 	ports := map[string]bool{}
-	hashes := map[string]bool{}
 	for _, s := range svcs {
 		if s.Spec.Type == corev1.ServiceTypeExternalName {
 			continue
@@ -209,7 +208,7 @@ func ghosts(t Table, svcs []*corev1.Service, v4 bool) []Finding {
 				proto = "tcp"
 			}
 			port := fmt.Sprintf("%s/%s/%s/%s", s.Namespace, s.Name, proto, p.Name)
-			ports[port], hashes[chainHash(port)] = true, true
+			ports[port] = true
 			for _, ip := range addrs(ips, v4) {
 				keys[ServiceKey{IP: ip, Protocol: proto, Port: uint16(p.Port)}] = true
 			}
@@ -234,6 +233,7 @@ func ghosts(t Table, svcs []*corev1.Service, v4 bool) []Finding {
 			out = append(out, Finding{Kind: KindGhostElement, Family: t.Family, Map: MapNodePorts, Element: fmt.Sprintf("%s . %d", k.Protocol, k.Port), Chain: v})
 		}
 	}
+	var hashes map[string]bool
 	for c, n := range t.Rules {
 		if n == 0 || !strings.Contains(c, "/") {
 			continue
@@ -241,8 +241,20 @@ func ghosts(t Table, svcs []*corev1.Service, v4 bool) []Finding {
 		if ports[chainPort(c)] {
 			continue
 		}
-		// A name kube-proxy truncated ("…...") is known by its hash.
-		if h := chainHashOf(c); h == "" || hashes[h] {
+		// A name kube-proxy truncated ("…...") is known by its hash: the
+		// Service ports are hashed once, and only when a name is not
+		// matched whole.
+		h := chainHashOf(c)
+		if h == "" {
+			continue
+		}
+		if hashes == nil {
+			hashes = map[string]bool{}
+			for p := range ports {
+				hashes[chainHash(p)] = true
+			}
+		}
+		if hashes[h] {
 			continue
 		}
 		out = append(out, Finding{Kind: KindGhostChain, Family: t.Family, Chain: c, Rules: n})
