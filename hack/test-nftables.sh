@@ -5,11 +5,14 @@
 # etcd on its loopback; the kube-proxy-sync and nftables-dataplane checks
 # against faults made for real (the table deleted, the ruleset flushed, an
 # element deleted, a DNAT map rewritten, a stale endpoint, SIGSTOP, a
-# failing transaction), each verdict compared with `nft -j list table` at
-# the same moment (root). NFTABLES_TEST_FLAGS adds go test flags (-run …).
+# failing transaction, a ghost element and chain, a Local LoadBalancer IP's
+# black hole), each verdict compared with `nft -j list table` at the same
+# moment; and kube-proxy in iptables mode over iptables-nft, its chains
+# removed by `nft flush ruleset` (root). NFTABLES_TEST_FLAGS adds go test
+# flags (-run …).
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
-apt_ensure iproute2 nftables gcc libc6-dev
+apt_ensure iproute2 nftables iptables gcc libc6-dev
 hack/apiserver/install.sh etcd kube-apiserver kube-proxy
 eval "$(PRINT_PATHS=1 hack/apiserver/install.sh kube-apiserver kube-proxy | sed 's/^kube-apiserver=/export KUBE_APISERVER=/; s/^kube-proxy=/export KUBE_PROXY=/')"
 ns="ipvs-guard-nft-$$"

@@ -99,15 +99,16 @@ func TestDiagnoseFixNotInIPVSMode(t *testing.T) {
 			before := treeSnapshot(t, dir)
 			out, code := runCLI(t, "diagnose", "--root", dir, "--node-name", "n1", "--fix", "-o", "json", "--kube-proxy-metrics-address", addr)
 			rep := parseModeReport(t, out)
-			// The fake kube-proxy says nftables mode and this host holds no
-			// kube-proxy table: the nftables-dataplane check's problem is
-			// real, and the only one allowed.
+			// The fake kube-proxy says nftables (iptables) mode and this host
+			// holds no kube-proxy table (chains): the nftables-dataplane
+			// check's problem is real, and the only one allowed.
 			wantCode := 0
+			missing := map[string]string{"nftables": "NFTablesTableMissing", "iptables": "IPTablesChainsMissing"}[mode]
 			for _, c := range rep.Checks {
 				if c.Status != string(check.StatusProblem) {
 					continue
 				}
-				if mode == "nftables" && c.Name == check.NameNFTablesDataplane && c.Reason == "NFTablesTableMissing" {
+				if c.Name == check.NameNFTablesDataplane && c.Reason == missing {
 					wantCode = 1
 					continue
 				}

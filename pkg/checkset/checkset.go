@@ -4,6 +4,7 @@ package checkset
 
 import (
 	"context"
+	"net/netip"
 
 	"fmt"
 	corev1 "k8s.io/api/core/v1"
@@ -167,8 +168,8 @@ func Build(ctx context.Context, cfg Config) ([]check.Checker, error) {
 	b.add(dataplaneChecker(cfg, s, recent.Within(dataplaneTableAge)))
 	// kube-proxy's nftables table against the cluster (docs/design.md §3c),
 	// from the same EndpointSlice reader: the full read is shared.
-	b.add(nftdrift.NewChecker(nftdrift.Config{Read: nftdrift.Reader{}.Read, Mode: s.kubeProxy.ProxyMode, Services: s.servicesFunc(),
-		Endpoints: s.endpoints, NodeName: cfg.NodeName, Settle: cfg.Settle}))
+	b.add(nftdrift.NewChecker(nftdrift.Config{Read: nftdrift.Reader{}.Read, ReadIPTables: nftdrift.Reader{}.ReadIPTables, Mode: s.kubeProxy.ProxyMode, Services: s.servicesFunc(),
+		Endpoints: s.endpoints, NodeName: cfg.NodeName, Settle: cfg.Settle, Announced: announcedBy(cfg)}))
 	// The advisory checks (docs/design.md §3b): no Node condition.
 	b.add(ipvssysctl.NewChecker(ipvssysctl.Config{Root: cfg.Root, Timeouts: ipvs.New(cfg.Root), IPVSUse: s.use.Use}), nil)
 	b.add(ipvssysctl.NewConntrackChecker(cfg.Root), nil)
@@ -268,6 +269,29 @@ type shared struct {
 	// (ipvs-dataplane, nftables-dataplane): in the agent it reads every
 	// EndpointSlice at most once per ipvsdrift.FullComparisonPeriod.
 	endpoints *ipvsdrift.EndpointReader
+}
+
+// announcedBy returns the LoadBalancer IPs this node announces, from the
+// agent's view (MetalLB's ServiceL2Status, already watched for the arp
+// check: no read of its own); nil without a view.
+func announcedBy(cfg Config) func(context.Context) (map[netip.Addr]bool, error) {
+	c := cfg.Cluster
+	if c == nil || c.View == nil {
+		return nil
+	}
+	return func(context.Context) (map[netip.Addr]bool, error) {
+		ings, err := c.View.LoadBalancerIngresses()
+		if err != nil {
+			return nil, err
+		}
+		out := map[netip.Addr]bool{}
+		for _, in := range ings {
+			if in.IP.IsValid() && in.AnnouncingNode == cfg.NodeName {
+				out[in.IP] = true
+			}
+		}
+		return out, nil
+	}
 }
 
 // servicesFunc returns how the data-plane checks list Services (nil

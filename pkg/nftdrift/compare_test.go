@@ -5,6 +5,7 @@ package nftdrift
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -51,6 +52,12 @@ func goodTable() Table {
 			"service-AAAAAAAA-default/web/tcp/http": {netip.MustParseAddrPort("10.244.1.5:8080"), netip.MustParseAddrPort("10.244.1.6:8080")},
 			"service-BBBBBBBB-default/lb/tcp/http":  {netip.MustParseAddrPort("10.244.1.7:8080")},
 			"external-BBBBBBBB-default/lb/tcp/http": {},
+		},
+		Rules: map[string]int{
+			"service-AAAAAAAA-default/web/tcp/http":   2,
+			"service-BBBBBBBB-default/lb/tcp/http":    1,
+			"external-BBBBBBBB-default/lb/tcp/http":   3,
+			"endpoint-CCCCCCCC-default/x/tcp/http__1": 1, // not judged
 		}}
 	for _, c := range BaseChains {
 		t.Chains[c] = true
@@ -88,6 +95,29 @@ func TestCompare(t *testing.T) {
 		{name: "DNAT map rewritten", edit: func(t *Table) {
 			t.DNAT["service-AAAAAAAA-default/web/tcp/http"] = []netip.AddrPort{netip.MustParseAddrPort("10.244.9.9:8080")}
 		}, kinds: []string{KindMissingEndpoint, KindMissingEndpoint, KindStaleEndpoint}},
+		{name: "service-ips element of a deleted Service", edit: func(t *Table) {
+			t.ServiceIPs[ServiceKey{netip.MustParseAddr("10.96.0.99"), "tcp", 80}] = "service-ZZZZZZZZ-default/gone/tcp/http"
+		}, kinds: []string{KindGhostElement}},
+		{name: "a known IP at a port no Service has", edit: func(t *Table) {
+			t.ServiceIPs[ServiceKey{netip.MustParseAddr("10.96.0.10"), "tcp", 81}] = "service-AAAAAAAA-default/web/tcp/http"
+		}, kinds: []string{KindGhostElement}},
+		{name: "no-endpoint-services and service-nodeports elements of no Service", edit: func(t *Table) {
+			t.NoEndpoint[ServiceKey{netip.MustParseAddr("10.96.0.98"), "udp", 53}] = "goto reject-chain"
+			t.NodePorts[PortKey{"tcp", 31000}] = "external-ZZZZZZZZ-default/gone/tcp/http"
+		}, kinds: []string{KindGhostElement, KindGhostElement}},
+		{name: "a chain of a deleted Service that still has rules", edit: func(t *Table) {
+			t.Rules["service-ZZZZZZZZ-default/gone/tcp/http"] = 1
+			t.Rules["local-ZZZZZZZZ-default/gone/tcp/http"] = 2
+		}, kinds: []string{KindGhostChain, KindGhostChain}},
+		{name: "a flushed chain of a deleted Service waits for kube-proxy's next sync", edit: func(t *Table) {
+			t.Rules["service-ZZZZZZZZ-default/gone/tcp/http"] = 0
+			t.Rules["external-ZZZZZZZZ-default/gone/tcp/http"] = 0
+		}},
+		{name: "a truncated chain name is known by its hash", edit: func(t *Table) {
+			t.Rules["service-"+chainHash("default/web/tcp/http")+"-default/w..."] = 1
+			t.Rules["service-"+chainHash("default/gone/tcp/http")+"-default/g..."] = 1
+		}, kinds: []string{KindGhostChain}},
+		{name: "a stock chain is no ghost", edit: func(t *Table) { t.Rules["services"] = 4 }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -96,8 +126,14 @@ func TestCompare(t *testing.T) {
 			var got []string
 			for _, f := range Compare(Input{Tables: []Table{tbl}, Services: services, Endpoints: endpoints, Node: "n1"}) {
 				got = append(got, f.Kind)
-				if f.String() == "" {
-					t.Errorf("finding %+v renders empty", f)
+				if f.String() == "" || f.String() == f.Kind {
+					t.Errorf("finding %+v renders no text", f)
+				}
+				if f.Problem != IsProblem(f.Kind) {
+					t.Errorf("finding %+v: Problem %t, want %t", f, f.Problem, IsProblem(f.Kind))
+				}
+				if adv := f.State().Advisory; (adv != nil) == f.Problem {
+					t.Errorf("finding %+v publishes advisory %+v", f, adv)
 				}
 			}
 			slices.Sort(got)
@@ -107,6 +143,14 @@ func TestCompare(t *testing.T) {
 				t.Errorf("kinds %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// TestChainHash: the hash of kube-proxy 1.37.1's chain names, as it names
+// them (pkg/proxy/nftables/helpers_test.go: service-ULMVA6XW-ns1/svc1/tcp/p80).
+func TestChainHash(t *testing.T) {
+	if got := chainHash("ns1/svc1/tcp/p80"); got != "ULMVA6XW" {
+		t.Errorf("chainHash = %q, want ULMVA6XW", got)
 	}
 }
 
@@ -147,4 +191,59 @@ func FuzzDecoders(f *testing.F) {
 		decodePortKey(b)
 		chainPort(chain)
 	})
+}
+
+// TestBlackHole: a Local-policy LoadBalancer IP with endpoints on other
+// nodes only is dropped by kube-proxy 1.37.1 on this node (its
+// no-endpoint-services element says drop); a black hole where this node
+// announces it, kube-proxy's rule elsewhere.
+func TestBlackHole(t *testing.T) {
+	lb := svc("lbl", "10.96.0.20", corev1.ServiceTypeLoadBalancer, 30090, "192.0.2.20")
+	lb.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	remote := eps("lbl", "10.244.1.20") // on n2
+	local := eps("lbl", "10.244.1.21")
+	local.Endpoints[0].NodeName = ptr.To("n1")
+	lbKey := ServiceKey{netip.MustParseAddr("192.0.2.20"), "tcp", 80}
+	table := func(drop bool) Table {
+		tbl := goodTable()
+		tbl.ServiceIPs[ServiceKey{netip.MustParseAddr("10.96.0.20"), "tcp", 80}] = "service-DDDDDDDD-default/lbl/tcp/http"
+		tbl.ServiceIPs[lbKey] = "external-DDDDDDDD-default/lbl/tcp/http"
+		tbl.NodePorts[PortKey{"tcp", 30090}] = "external-DDDDDDDD-default/lbl/tcp/http"
+		if drop {
+			tbl.NoEndpoint[lbKey] = "drop"
+		}
+		return tbl
+	}
+	tests := []struct {
+		name      string
+		slice     *discoveryv1.EndpointSlice
+		drop      bool
+		announced map[netip.Addr]bool
+		kinds     []string
+	}{
+		{name: "announced here, no local endpoint", slice: remote, drop: true, announced: map[netip.Addr]bool{netip.MustParseAddr("192.0.2.20"): true}, kinds: []string{KindBlackHole}},
+		{name: "announced by another node", slice: remote, drop: true, announced: map[netip.Addr]bool{}},
+		{name: "announcer unknown", slice: remote, drop: true},
+		{name: "a local endpoint, yet dropped", slice: local, drop: true, announced: map[netip.Addr]bool{}, kinds: []string{KindRejected}},
+		{name: "a local endpoint, served", slice: local, announced: map[netip.Addr]bool{netip.MustParseAddr("192.0.2.20"): true}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			services := []*corev1.Service{svc("web", "10.96.0.10", corev1.ServiceTypeClusterIP, 0, ""), svc("lb", "10.96.0.11", corev1.ServiceTypeLoadBalancer, 30080, "192.0.2.10"), lb}
+			endpoints := ipvsdrift.Summarize([]*discoveryv1.EndpointSlice{eps("web", "10.244.1.5", "10.244.1.6"), eps("lb", "10.244.1.7"), tc.slice})
+			var got []string
+			for _, f := range Compare(Input{Tables: []Table{table(tc.drop)}, Services: services, Endpoints: endpoints, Node: "n1", Announced: tc.announced}) {
+				if f.Kind == KindStaleEndpoint || f.Kind == KindMissingEndpoint {
+					continue // the table has no DNAT chains for lbl
+				}
+				got = append(got, f.Kind)
+				if f.Kind == KindBlackHole && (!f.Problem || !strings.Contains(f.String(), "black hole")) {
+					t.Errorf("black hole %+v: %s", f, f)
+				}
+			}
+			if !slices.Equal(got, tc.kinds) {
+				t.Errorf("kinds %v, want %v", got, tc.kinds)
+			}
+		})
+	}
 }

@@ -59,7 +59,7 @@ func (r Reader) Read() ([]Table, error) {
 
 func readTable(conn *nftables.Conn, fam nftables.TableFamily, name string) (Table, error) {
 	t := Table{Family: name, Chains: map[string]bool{}, Maps: map[string]bool{}, ServiceIPs: map[ServiceKey]string{},
-		NodePorts: map[PortKey]string{}, NoEndpoint: map[ServiceKey]string{}, DNAT: map[string][]netip.AddrPort{}}
+		NodePorts: map[PortKey]string{}, NoEndpoint: map[ServiceKey]string{}, DNAT: map[string][]netip.AddrPort{}, Rules: map[string]int{}}
 	tbl, err := conn.ListTableOfFamily(TableName, fam)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) {
@@ -150,6 +150,7 @@ func readTable(conn *nftables.Conn, fam nftables.TableFamily, name string) (Tabl
 		if err != nil {
 			return t, err
 		}
+		t.Rules[n] = len(rules)
 		eps := []netip.AddrPort{}
 		for _, r := range rules {
 			for _, e := range r.Exprs {
@@ -312,4 +313,50 @@ func chainOf(v string) string {
 		return c
 	}
 	return ""
+}
+
+// ReadIPTables returns the chains of iptables-nft's tables nat, mangle and
+// filter, families ip then ip6.
+func (r Reader) ReadIPTables() ([]IPTablesFamily, error) {
+	var opts []nftables.ConnOption
+	if r.NetNS != "" {
+		f, err := os.Open(r.NetNS)
+		if err != nil {
+			return nil, fmt.Errorf("opening network namespace %s: %w", r.NetNS, err)
+		}
+		defer f.Close()
+		opts = append(opts, nftables.WithNetNSFd(int(f.Fd())))
+	}
+	conn, err := nftables.New(append(opts, nftables.AsLasting())...)
+	if err != nil {
+		return nil, fmt.Errorf("opening nftables netlink: %w", err)
+	}
+	defer conn.CloseLasting()
+	var out []IPTablesFamily
+	for _, fam := range []struct {
+		f    nftables.TableFamily
+		name string
+	}{{nftables.TableFamilyIPv4, "ip"}, {nftables.TableFamilyIPv6, "ip6"}} {
+		chains, err := conn.ListChainsOfTableFamily(fam.f)
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			return nil, fmt.Errorf("listing the chains of family %s: %w", fam.name, err)
+		}
+		f := IPTablesFamily{Family: fam.name, Chains: map[string]map[string]bool{}}
+		for _, c := range chains {
+			if c.Table == nil {
+				continue
+			}
+			switch c.Table.Name {
+			case "nat", "mangle", "filter":
+			default:
+				continue
+			}
+			if f.Chains[c.Table.Name] == nil {
+				f.Chains[c.Table.Name] = map[string]bool{}
+			}
+			f.Chains[c.Table.Name][c.Name] = true
+		}
+		out = append(out, f)
+	}
+	return out, nil
 }

@@ -16,3 +16,8 @@ type Reader struct {
 func (Reader) Read() ([]Table, error) {
 	return nil, errors.New("nftables: not supported on this platform")
 }
+
+// ReadIPTables reports that nftables is Linux only.
+func (Reader) ReadIPTables() ([]IPTablesFamily, error) {
+	return nil, errors.New("nftables: not supported on this platform")
+}

@@ -72,6 +72,10 @@ type Table struct {
 	// its rules DNAT to: the numgen map of 1.37.1, or the endpoint- chains
 	// of older releases.
 	DNAT map[string][]netip.AddrPort
+	// Rules counts the rules of each service-, local- and external- chain
+	// (0: flushed, as kube-proxy leaves a stale chain until its next sync
+	// deletes it).
+	Rules map[string]int
 }
 
 // protoName names an IP protocol number as nft does.

@@ -7,6 +7,7 @@ package nftables
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -378,5 +379,179 @@ func TestKubeProxyNFTables(t *testing.T) {
 			f.restart(t)
 		})
 	}
+	t.Run("black hole: a Local LoadBalancer IP announced here with no local endpoint", func(t *testing.T) {
+		lbIP := netip.MustParseAddr("192.0.2.10")
+		announced := map[netip.Addr]bool{lbIP: true}
+		here, err := nftdrift.NewChecker(nftdrift.Config{Read: nftdrift.Reader{}.Read, Mode: kp.ProxyMode, Services: ipvscheck.NewCluster(client).Services,
+			Endpoints: ipvsdrift.NewEndpointReader(client, 0), NodeName: node,
+			Announced: func(context.Context) (map[netip.Addr]bool, error) { return announced, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := here.Run(ctx); err != nil || r.Status != check.StatusOK {
+			t.Fatalf("with a local endpoint: %s/%s %q (%v)", r.Status, r.Reason, r.Message, err)
+		}
+		// The local endpoint goes; n2's stays: kube-proxy drops the
+		// LoadBalancer IP's external traffic on this node.
+		if _, err := f.cs.DiscoveryV1().EndpointSlices("default").Update(ctx, slice("lb", "lb-1", 8080, "10.244.1.9@n2"), metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		elem := "192.0.2.10 . tcp . 80"
+		start := time.Now()
+		var r check.Result
+		for {
+			if r, err = here.Run(ctx); err == nil && r.Reason == nftdrift.ReasonBlackHole && hasFinding(r, nftdrift.KindBlackHole, elem) {
+				break
+			}
+			if time.Since(start) > 20*time.Second {
+				t.Fatalf("no black hole 20s after the local endpoint went: %s/%s %q (%v)", r.Status, r.Reason, r.Message, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if out := f.nftOut("-j", "list", "map", "ip", "kube-proxy", "no-endpoint-services"); !strings.Contains(out, `"192.0.2.10"`) || !strings.Contains(out, `"drop"`) {
+			t.Errorf("nft -j does not list 192.0.2.10 : drop in no-endpoint-services while the check calls it a black hole:\n%s", out)
+		}
+		if r.Status != check.StatusProblem || strings.Contains(r.Message, "restart kube-proxy") {
+			t.Errorf("black hole: %s %q", r.Status, r.Message)
+		}
+		t.Logf("black hole named %.1fs after the local endpoint went: %s", time.Since(start).Seconds(), r.Message)
+		// Announced by another node: kube-proxy's rule, no problem here.
+		announced = map[netip.Addr]bool{}
+		if r, err := here.Run(ctx); err != nil || r.Status != check.StatusOK {
+			t.Errorf("announced elsewhere: %s/%s %q (%v)", r.Status, r.Reason, r.Message, err)
+		}
+		if _, err := f.cs.DiscoveryV1().EndpointSlices("default").Update(ctx, slice("lb", "lb-1", 8080, "10.244.1.8@"+node, "10.244.1.9@n2"), metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		announced = map[netip.Addr]bool{lbIP: true}
+		f.waitDrift(t, "the local endpoint back", 20*time.Second, func(check.Result) bool {
+			r, err := here.Run(ctx)
+			return err == nil && r.Status == check.StatusOK
+		})
+	})
+
+	t.Run("ghosts: an element and a chain of no Service are advisories", func(t *testing.T) {
+		tables, err := nftdrift.Reader{}.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var webChain string
+		for c := range tables[0].DNAT {
+			if strings.HasPrefix(c, "service-") && strings.HasSuffix(c, "-default/web/tcp/http") {
+				webChain = c
+			}
+		}
+		if webChain == "" {
+			t.Fatalf("no service chain of default/web in %v", tables[0].DNAT)
+		}
+		ghostChain := "service-ZZZZZZZZ-default/gone/tcp/http"
+		f.mustNft(t, "add", "element", "ip", "kube-proxy", "service-ips", "{ 10.96.200.200 . tcp . 80 : goto "+webChain+" }")
+		f.mustNft(t, "add", "chain", "ip", "kube-proxy", ghostChain)
+		f.mustNft(t, "add", "rule", "ip", "kube-proxy", ghostChain, "counter")
+		r, took := f.waitDrift(t, "both ghosts named, the check ok", 10*time.Second, func(r check.Result) bool {
+			return r.Status == check.StatusOK && hasFinding(r, nftdrift.KindGhostElement, "10.96.200.200 . tcp . 80") && hasFinding(r, nftdrift.KindGhostChain, ghostChain)
+		})
+		for _, fd := range r.Findings {
+			if x, ok := fd.(nftdrift.Finding); ok && (x.Problem || x.State().Advisory == nil) {
+				t.Errorf("ghost %s is no advisory", x)
+			}
+		}
+		if out := f.nftOut("-j", "list", "table", "ip", "kube-proxy"); !strings.Contains(out, "10.96.200.200") || !strings.Contains(out, ghostChain) {
+			t.Errorf("nft -j does not list the ghosts the check names")
+		}
+		t.Logf("ghosts named in %.1fs, check %s: %d findings", took.Seconds(), r.Status, len(r.Findings))
+		f.restart(t)
+
+		// A deleted Service: kube-proxy removes its elements and flushes its
+		// chains at once, and deletes the chains a sync later. No ghost in
+		// between, whenever the check reads.
+		var chains []string
+		tables, err = nftdrift.Reader{}.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for c := range tables[0].Rules {
+			if strings.HasSuffix(c, "-default/np/tcp/http") {
+				chains = append(chains, c)
+			}
+		}
+		if len(chains) == 0 {
+			t.Fatalf("no chain of default/np in %v", tables[0].Rules)
+		}
+		if err := f.cs.CoreV1().Services("default").Delete(ctx, "np", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		// noGhost runs the check and fails on a ghost chain of np.
+		noGhost := func() {
+			t.Helper()
+			r, err := f.drift.Run(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, fd := range r.Findings {
+				if x, ok := fd.(nftdrift.Finding); ok && strings.Contains(x.Chain, "default/np/") && x.Kind == nftdrift.KindGhostChain {
+					t.Fatalf("a chain kube-proxy flushed and deletes at its next sync called a ghost: %s", x)
+				}
+			}
+		}
+		// npChains counts np's chains left and those flushed.
+		npChains := func() (left, flushed int) {
+			t.Helper()
+			tables, err := nftdrift.Reader{}.Read()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range chains {
+				if n, ok := tables[0].Rules[c]; ok {
+					left++
+					if n == 0 {
+						flushed++
+					}
+				}
+			}
+			return left, flushed
+		}
+		// Until kube-proxy's sync (minSyncPeriod 1s) the chains still have
+		// rules: the agent's settle grace covers that moment. From the flush
+		// on, they are no ghosts.
+		for {
+			if left, flushed := npChains(); left == flushed {
+				break
+			}
+			if time.Since(start) > 30*time.Second {
+				t.Fatalf("kube-proxy did not flush np's chains within 30s")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		flushedAt := time.Now()
+		// kube-proxy deletes them at its next sync, which waits for a
+		// change (or its hourly full sync): meanwhile, no ghost.
+		for time.Since(flushedAt) < 5*time.Second {
+			noGhost()
+			time.Sleep(200 * time.Millisecond)
+		}
+		if left, flushed := npChains(); left != len(chains) || flushed != left {
+			t.Fatalf("np's chains: %d left, %d flushed, want all %d left flushed until the next sync", left, flushed, len(chains))
+		}
+		t.Logf("np's %d chains flushed %.1fs after the Service's deletion and kept, flushed, for 5s: no ghost reported", len(chains), flushedAt.Sub(start).Seconds())
+		// A change makes kube-proxy sync: it deletes them.
+		if _, err := f.cs.CoreV1().Services("default").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "trigger", Namespace: "default"},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		synced := time.Now()
+		for {
+			noGhost()
+			if left, _ := npChains(); left == 0 {
+				break
+			}
+			if time.Since(synced) > 30*time.Second {
+				t.Fatalf("kube-proxy did not delete np's chains within 30s of the next change")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("np's chains deleted %.1fs after the next change; no ghost reported throughout", time.Since(synced).Seconds())
+	})
 	fmt.Fprintln(os.Stderr, "nftables tier done")
 }
