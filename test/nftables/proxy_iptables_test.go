@@ -122,7 +122,6 @@ func TestKubeProxyIPTables(t *testing.T) {
 	if out, err := exec.Command(nft, "flush", "ruleset").CombinedOutput(); err != nil {
 		t.Fatalf("nft flush ruleset: %v: %s", err, out)
 	}
-	flushed := time.Now()
 	r, took = wait("the chains missing", 10*time.Second, func(r check.Result) bool {
 		return r.Reason == nftdrift.ReasonIPTablesChainsMissing && strings.Contains(r.Message, nftdrift.ChainKubeServices)
 	})
@@ -133,7 +132,7 @@ func TestKubeProxyIPTables(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	flushed = time.Now()
+	flushed := time.Now()
 	// kube-proxy's canary monitor (every sync period, 5s here) resyncs.
 	_, _ = wait("kube-proxy's canary restoring the chains", 30*time.Second, func(r check.Result) bool { return r.Reason == nftdrift.ReasonIPTablesOK })
 	t.Logf("FIGURE kube-proxy restored its chains %.1fs after SIGCONT (its canary, sync period 5s); the check ok again", time.Since(flushed).Seconds())
