@@ -128,7 +128,7 @@ func TestAgentDisabledCheckRemovesCondition(t *testing.T) {
 	u.stop(t)
 
 	// The same node, the ARP check now disabled (e.g. arp.enabled=false in the chart).
-	startAgent(t, s, "node-a", agentOptions{checks: all[:4], resync: time.Second})
+	startAgent(t, s, "node-a", agentOptions{checks: without(all, check.NameARP), resync: time.Second})
 	eventually(t, 10*time.Second, "LoadBalancerARPFailing removed", func() bool {
 		return nodeCondition(t, admin, "node-a", string(nodestatus.LoadBalancerARPFailing)) == nil
 	})
@@ -163,7 +163,7 @@ func TestAgentSurvivesAPIServerOutage(t *testing.T) {
 	stoppedAt := time.Now()
 	runsAtStop := checks[0].runs.Load()
 	// During the outage strictARP drifts.
-	checks[3].set(check.StatusProblem, "ArpIgnoreNotStrict", "net.ipv4.conf.all.arp_ignore is 0, strictARP needs 1.")
+	named(t, checks, check.NameARPSysctls).set(check.StatusProblem, "ArpIgnoreNotStrict", "net.ipv4.conf.all.arp_ignore is 0, strictARP needs 1.")
 	time.Sleep(30 * time.Second)
 	ranDuringOutage := checks[0].runs.Load() - runsAtStop
 	if ranDuringOutage < 20 {
@@ -344,7 +344,7 @@ func TestSlowARPRoundDoesNotDelayModulesCondition(t *testing.T) {
 	admin := kubernetes.NewForConfigOrDie(s.AdminConfig())
 	createNode(t, admin, "node-a")
 	checks := allFakeChecks()
-	var modules, arp *fakeCheck = checks[0], checks[4]
+	modules, arp := named(t, checks, check.NameModules), named(t, checks, check.NameARP)
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	// Every ARP run after the first takes 30 s: rounds back to back.

@@ -68,6 +68,29 @@ func allFakeChecks() []*fakeCheck {
 	return out
 }
 
+// named returns the fake check of fs named name.
+func named(t *testing.T, fs []*fakeCheck, name string) *fakeCheck {
+	t.Helper()
+	for _, f := range fs {
+		if f.name == name {
+			return f
+		}
+	}
+	t.Fatalf("no fake check %s", name)
+	return nil
+}
+
+// without returns fs without the check named name.
+func without(fs []*fakeCheck, name string) []*fakeCheck {
+	var out []*fakeCheck
+	for _, f := range fs {
+		if f.name != name {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 func checkers(fs []*fakeCheck) []check.Checker {
 	var out []check.Checker
 	for _, f := range fs {
