@@ -25,29 +25,43 @@ type Reader struct {
 	NetNS string
 }
 
-// Read returns kube-proxy's table of each family, ip then ip6.
-func (r Reader) Read() ([]Table, error) {
+// families are the nftables families read, in order: ip then ip6.
+var families = []struct {
+	f    nftables.TableFamily
+	name string
+}{{nftables.TableFamilyIPv4, "ip"}, {nftables.TableFamilyIPv6, "ip6"}}
+
+// dial opens one lasting netlink socket in r's network namespace, for every
+// request of a read (a socket per request is most of the CPU at 10,000
+// chains); the caller closes it with CloseLasting.
+func (r Reader) dial() (*nftables.Conn, error) {
 	var opts []nftables.ConnOption
 	if r.NetNS != "" {
 		f, err := os.Open(r.NetNS)
 		if err != nil {
 			return nil, fmt.Errorf("opening network namespace %s: %w", r.NetNS, err)
 		}
+		// The socket is created in the namespace while f is open; it
+		// stays there once f is closed.
 		defer f.Close()
 		opts = append(opts, nftables.WithNetNSFd(int(f.Fd())))
 	}
-	// One socket for every request of the read (a socket per request is
-	// most of the CPU at 10,000 chains).
 	conn, err := nftables.New(append(opts, nftables.AsLasting())...)
 	if err != nil {
 		return nil, fmt.Errorf("opening nftables netlink: %w", err)
 	}
+	return conn, nil
+}
+
+// Read returns kube-proxy's table of each family, ip then ip6.
+func (r Reader) Read() ([]Table, error) {
+	conn, err := r.dial()
+	if err != nil {
+		return nil, err
+	}
 	defer conn.CloseLasting()
 	var out []Table
-	for _, fam := range []struct {
-		f    nftables.TableFamily
-		name string
-	}{{nftables.TableFamilyIPv4, "ip"}, {nftables.TableFamilyIPv6, "ip6"}} {
+	for _, fam := range families {
 		t, err := readTable(conn, fam.f, fam.name)
 		if err != nil {
 			return nil, fmt.Errorf("reading table %s %s: %w", fam.name, TableName, err)
@@ -318,25 +332,13 @@ func chainOf(v string) string {
 // ReadIPTables returns the chains of iptables-nft's tables nat, mangle and
 // filter, families ip then ip6.
 func (r Reader) ReadIPTables() ([]IPTablesFamily, error) {
-	var opts []nftables.ConnOption
-	if r.NetNS != "" {
-		f, err := os.Open(r.NetNS)
-		if err != nil {
-			return nil, fmt.Errorf("opening network namespace %s: %w", r.NetNS, err)
-		}
-		defer f.Close()
-		opts = append(opts, nftables.WithNetNSFd(int(f.Fd())))
-	}
-	conn, err := nftables.New(append(opts, nftables.AsLasting())...)
+	conn, err := r.dial()
 	if err != nil {
-		return nil, fmt.Errorf("opening nftables netlink: %w", err)
+		return nil, err
 	}
 	defer conn.CloseLasting()
 	var out []IPTablesFamily
-	for _, fam := range []struct {
-		f    nftables.TableFamily
-		name string
-	}{{nftables.TableFamilyIPv4, "ip"}, {nftables.TableFamilyIPv6, "ip6"}} {
+	for _, fam := range families {
 		chains, err := conn.ListChainsOfTableFamily(fam.f)
 		if err != nil && !errors.Is(err, unix.ENOENT) {
 			return nil, fmt.Errorf("listing the chains of family %s: %w", fam.name, err)
