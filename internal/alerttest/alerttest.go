@@ -296,24 +296,34 @@ type ActiveTarget struct {
 
 // Targets returns Prometheus's active scrape targets.
 func (s *Stack) Targets(ctx context.Context) ([]ActiveTarget, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.PrometheusURL+"/api/v1/targets?state=active", nil)
-	if err != nil {
+	var data struct {
+		ActiveTargets []ActiveTarget `json:"activeTargets"`
+	}
+	if err := s.getAPI(ctx, "/api/v1/targets?state=active", "targets", &data); err != nil {
 		return nil, err
+	}
+	return data.ActiveTargets, nil
+}
+
+// getAPI GETs path from Prometheus's HTTP API and decodes the answer's data
+// into data; what names it in the error.
+func (s *Stack) getAPI(ctx context.Context, path, what string, data any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.PrometheusURL+path, nil)
+	if err != nil {
+		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
-	var body struct {
-		Data struct {
-			ActiveTargets []ActiveTarget `json:"activeTargets"`
-		} `json:"data"`
-	}
+	body := struct {
+		Data any `json:"data"`
+	}{Data: data}
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		return nil, fmt.Errorf("decoding Prometheus targets: %w", err)
+		return fmt.Errorf("decoding Prometheus %s: %w", what, err)
 	}
-	return body.Data.ActiveTargets, nil
+	return nil
 }
 
 func writeYAML(path string, v any) error {
@@ -371,24 +381,13 @@ type PromAlert struct {
 
 // Alerts returns Prometheus's pending and firing alerts.
 func (s *Stack) Alerts(ctx context.Context) ([]PromAlert, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.PrometheusURL+"/api/v1/alerts", nil)
-	if err != nil {
+	var data struct {
+		Alerts []PromAlert `json:"alerts"`
+	}
+	if err := s.getAPI(ctx, "/api/v1/alerts", "alerts", &data); err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var body struct {
-		Data struct {
-			Alerts []PromAlert `json:"alerts"`
-		} `json:"data"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		return nil, fmt.Errorf("decoding Prometheus alerts: %w", err)
-	}
-	return body.Data.Alerts, nil
+	return data.Alerts, nil
 }
 
 // Close stops everything.
