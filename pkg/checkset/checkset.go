@@ -167,8 +167,11 @@ func Build(ctx context.Context, cfg Config) ([]check.Checker, error) {
 	b.add(arpChecker(ctx, cfg))
 	b.add(dataplaneChecker(cfg, s, recent.Within(dataplaneTableAge)))
 	// kube-proxy's nftables table against the cluster (docs/design.md §3c),
-	// from the same EndpointSlice reader: the full read is shared.
-	b.add(nftdrift.NewChecker(nftdrift.Config{Read: nftdrift.Reader{}.Read, ReadIPTables: nftdrift.Reader{}.ReadIPTables, Mode: s.kubeProxy.ProxyMode, Services: s.servicesFunc(),
+	// from the same EndpointSlice reader: the full read is shared. The
+	// reader keeps what it read between runs (a re-read dumps only what
+	// kube-proxy changed).
+	nftReader := &nftdrift.Reader{}
+	b.add(nftdrift.NewChecker(nftdrift.Config{Read: nftReader.Read, ReadIPTables: nftReader.ReadIPTables, Mode: s.kubeProxy.ProxyMode, Services: s.servicesFunc(),
 		Endpoints: s.endpoints, NodeName: cfg.NodeName, Settle: cfg.Settle, Announced: announcedBy(cfg)}))
 	// The advisory checks (docs/design.md §3b): no Node condition.
 	b.add(ipvssysctl.NewChecker(ipvssysctl.Config{Root: cfg.Root, Timeouts: ipvs.New(cfg.Root), IPVSUse: s.use.Use}), nil)

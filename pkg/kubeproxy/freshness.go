@@ -180,6 +180,9 @@ type freshness struct {
 	mode     string
 	lastSync map[string]time.Time // per family, from the last good read
 	answered time.Time            // when kube-proxy last answered
+	// silentAt is when a run last found kube-proxy accepting connections
+	// but not answering (stopped, hung, its VM paused).
+	silentAt time.Time
 	detected map[string]time.Duration
 	prev     map[string]prevRead // per family, the previous read
 }
@@ -247,6 +250,9 @@ func (fr *freshness) forget() {
 //   - slow: the full syncs seen since the previous read took longer than the
 //     sync period on average (on the first read, every full sync since
 //     kube-proxy started); with no full sync since, the last verdict stands.
+//     Full syncs seen across a silence (a run found kube-proxy not
+//     answering since the previous read) are no measure: a sync that was
+//     stopped with its process counts the stop; the last verdict stands.
 func (fr *freshness) counters(now time.Time, fam string, cur FamilySync, period time.Duration) (failing, cleanup, slow bool, fullSync float64) {
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
@@ -271,7 +277,7 @@ func (fr *freshness) counters(now time.Time, fam string, cur FamilySync, period 
 		failing = cur.TxFailures > p.sync.TxFailures && !cur.LastSync.After(p.at)
 		next.cleanupRose = cur.CleanupFailures > p.sync.CleanupFailures
 		cleanup = next.cleanupRose && p.cleanupRose
-		if n := cur.FullSyncs - p.sync.FullSyncs; n > 0 {
+		if n := cur.FullSyncs - p.sync.FullSyncs; n > 0 && !fr.silentAt.After(p.at) {
 			fullSync = (cur.FullSyncSeconds - p.sync.FullSyncSeconds) / n
 			slow = fullSync > period.Seconds()
 		} else {
@@ -538,6 +544,7 @@ func (c *SyncChecker) silentStall(ctx context.Context, err error) *check.Result 
 	now := c.now()
 	fr := &c.fresh
 	fr.mu.Lock()
+	fr.silentAt = now
 	answered, timeout, mode := fr.answered, fr.timeout, fr.mode
 	var oldest time.Time
 	var fams []string

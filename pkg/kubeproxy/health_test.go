@@ -170,3 +170,30 @@ func TestSilentStallIgnoresUnsyncedFamily(t *testing.T) {
 		t.Fatalf("got %+v, want a stall", res)
 	}
 }
+
+// TestSyncSlowIgnoresSilence: a full sync that spans a silence (kube-proxy
+// stopped mid-sync: SIGSTOP, a paused VM) counts the stop in its duration;
+// it is no measure of kube-proxy's speed. A slow full sync later is.
+func TestSyncSlowIgnoresSilence(t *testing.T) {
+	now := time.Now().Truncate(time.Second)
+	k := newNFTKubeProxy(t, "10s")
+	clock := now
+	c, err := NewSyncChecker(SyncCheckerConfig{Client: NewClient(k.addr, time.Second), Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(at time.Duration, fullN int, fullSum float64, wantReason string) {
+		t.Helper()
+		clock = now.Add(at)
+		k.set(clock.Add(-time.Second), 0, 0, fullN, fullSum)
+		res, err := c.Run(context.Background())
+		if err != nil || res.Reason != wantReason {
+			t.Fatalf("at %s: %s/%s %q (%v), want %s", at, res.Status, res.Reason, res.Message, err, wantReason)
+		}
+	}
+	run(0, 1, 0.2, ReasonSyncing)
+	clock = now.Add(10 * time.Second)
+	c.silentStall(context.Background(), ErrNotAnswering)
+	run(20*time.Second, 2, 15.2, ReasonSyncing)  // 15 s, of which the stop
+	run(40*time.Second, 3, 27.2, ReasonSyncSlow) // 12 s, kube-proxy answering throughout
+}

@@ -203,7 +203,7 @@ func TestKubeProxyNFTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	kp := kubeproxy.NewClient("127.0.0.1:10249", 2*time.Second)
-	f.drift, err = nftdrift.NewChecker(nftdrift.Config{Read: nftdrift.Reader{}.Read, Mode: kp.ProxyMode, Services: ipvscheck.NewCluster(client).Services,
+	f.drift, err = nftdrift.NewChecker(nftdrift.Config{Read: (&nftdrift.Reader{}).Read, Mode: kp.ProxyMode, Services: ipvscheck.NewCluster(client).Services,
 		Endpoints: ipvsdrift.NewEndpointReader(client, 0), NodeName: node})
 	if err != nil {
 		t.Fatal(err)
@@ -244,7 +244,7 @@ func TestKubeProxyNFTables(t *testing.T) {
 	})
 
 	t.Run("Service chain's DNAT map rewritten", func(t *testing.T) {
-		tables, err := nftdrift.Reader{}.Read()
+		tables, err := (&nftdrift.Reader{}).Read()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -382,7 +382,7 @@ func TestKubeProxyNFTables(t *testing.T) {
 	t.Run("black hole: a Local LoadBalancer IP announced here with no local endpoint", func(t *testing.T) {
 		lbIP := netip.MustParseAddr("192.0.2.10")
 		announced := map[netip.Addr]bool{lbIP: true}
-		here, err := nftdrift.NewChecker(nftdrift.Config{Read: nftdrift.Reader{}.Read, Mode: kp.ProxyMode, Services: ipvscheck.NewCluster(client).Services,
+		here, err := nftdrift.NewChecker(nftdrift.Config{Read: (&nftdrift.Reader{}).Read, Mode: kp.ProxyMode, Services: ipvscheck.NewCluster(client).Services,
 			Endpoints: ipvsdrift.NewEndpointReader(client, 0), NodeName: node,
 			Announced: func(context.Context) (map[netip.Addr]bool, error) { return announced, nil }})
 		if err != nil {
@@ -431,7 +431,7 @@ func TestKubeProxyNFTables(t *testing.T) {
 	})
 
 	t.Run("ghosts: an element and a chain of no Service are advisories", func(t *testing.T) {
-		tables, err := nftdrift.Reader{}.Read()
+		tables, err := (&nftdrift.Reader{}).Read()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -466,7 +466,7 @@ func TestKubeProxyNFTables(t *testing.T) {
 		// chains at once, and deletes the chains a sync later. No ghost in
 		// between, whenever the check reads.
 		var chains []string
-		tables, err = nftdrift.Reader{}.Read()
+		tables, err = (&nftdrift.Reader{}).Read()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -498,7 +498,7 @@ func TestKubeProxyNFTables(t *testing.T) {
 		// npChains counts np's chains left and those flushed.
 		npChains := func() (left, flushed int) {
 			t.Helper()
-			tables, err := nftdrift.Reader{}.Read()
+			tables, err := (&nftdrift.Reader{}).Read()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -87,7 +87,7 @@ func TestKubeProxyIPTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	kp := kubeproxy.NewClient("127.0.0.1:10349", 2*time.Second)
-	c, err := nftdrift.NewChecker(nftdrift.Config{Read: nftdrift.Reader{}.Read, ReadIPTables: nftdrift.Reader{}.ReadIPTables, Mode: kp.ProxyMode,
+	c, err := nftdrift.NewChecker(nftdrift.Config{Read: (&nftdrift.Reader{}).Read, ReadIPTables: (&nftdrift.Reader{}).ReadIPTables, Mode: kp.ProxyMode,
 		Services: ipvscheck.NewCluster(client).Services, NodeName: node})
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -71,7 +73,7 @@ func TestScaleChild(t *testing.T) {
 	start := time.Now()
 	var before syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
-	tables, err := nftdrift.Reader{}.Read()
+	tables, err := (&nftdrift.Reader{}).Read()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,4 +158,118 @@ func TestScaleFigures(t *testing.T) {
 	t.Logf("FIGURE %d Services × 3 endpoints: read + compare %s wall, %s CPU (%.2f ms per 1,000 Services), peak RSS %.1f MiB (the whole test process); nft -j list table %s (%d bytes of JSON, peak RSS %.1f MiB); ratio %.2f×",
 		n, wall.Round(time.Millisecond), cpu.Round(time.Millisecond), float64(cpu.Microseconds())/1000/float64(n)*1000, float64(rss)/1024,
 		nftWall.Round(time.Millisecond), len(out), float64(nftRSS)/1024, wall.Seconds()/nftWall.Seconds())
+}
+
+// TestReaderKeepsWhatItRead proves the reader's memory on the real kernel:
+// an unchanged ruleset is not read again, an anonymous DNAT map is dumped
+// once, and every way kube-proxy (or anyone) changes a Service chain's
+// endpoints is seen — a rule replaced, a chain flushed and rewritten, the
+// table deleted and made again with the same handles' worth of objects.
+func TestReaderKeepsWhatItRead(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.Require(t, os.Getenv("NFT_NETNS") != "", "run through hack/test-nftables.sh (a private network namespace)")
+	nft := testenv.Tool(t, "NFT", "nft", "apt-get install nftables")
+	run := func(script string) {
+		t.Helper()
+		cmd := exec.Command(nft, "-f", "-")
+		cmd.Stdin = bytes.NewBufferString(script)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("nft -f: %v: %s\n%s", err, out, script)
+		}
+	}
+	table := func(eps ...string) string {
+		var b bytes.Buffer
+		b.WriteString("add table ip kube-proxy\nadd map ip kube-proxy service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }\n")
+		for i := range 3 {
+			fmt.Fprintf(&b, "add chain ip kube-proxy service-%d-default/s%d/tcp/http\n", i, i)
+			fmt.Fprintf(&b, "add rule ip kube-proxy service-%d-default/s%d/tcp/http meta l4proto tcp dnat ip to numgen random mod 2 map { 0 : %s . 8080, 1 : %s . 8080 }\n", i, i, eps[0], eps[1])
+		}
+		return b.String()
+	}
+	_ = exec.Command(nft, "delete", "table", "ip", "kube-proxy").Run()
+	defer exec.Command(nft, "delete", "table", "ip", "kube-proxy").Run()
+	run(table("10.1.0.1", "10.1.0.2"))
+
+	r := &nftdrift.Reader{}
+	read := func() map[string][]string {
+		t.Helper()
+		ts, err := r.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string][]string{}
+		for c, eps := range ts[0].DNAT {
+			for _, e := range eps {
+				out[c] = append(out[c], e.String())
+			}
+			slices.Sort(out[c])
+		}
+		return out
+	}
+	want := func(got map[string][]string, chain string, eps ...string) {
+		t.Helper()
+		if !slices.Equal(got[chain], eps) {
+			t.Errorf("%s DNATs to %v, want %v (the kernel: %s)", chain, got[chain], eps, nftOut(nft))
+		}
+	}
+	stats := func(dumps, cached, unchanged int) {
+		t.Helper()
+		s := r.Stats()
+		if s.MapDumps != dumps || s.MapsCached != cached || s.Unchanged != unchanged {
+			t.Errorf("reader stats %+v, want %d map dumps, %d cached, %d unchanged", s, dumps, cached, unchanged)
+		}
+	}
+	const c0, c1, c2 = "service-0-default/s0/tcp/http", "service-1-default/s1/tcp/http", "service-2-default/s2/tcp/http"
+	got := read()
+	want(got, c0, "10.1.0.1:8080", "10.1.0.2:8080")
+	stats(3, 0, 0)
+	read()
+	stats(3, 0, 1) // the generation did not move: nothing read
+
+	// Another table's commit moves the generation: the maps come from memory.
+	run("add table ip unrelated\n")
+	defer exec.Command(nft, "delete", "table", "ip", "unrelated").Run()
+	want(read(), c1, "10.1.0.1:8080", "10.1.0.2:8080")
+	stats(3, 3, 1)
+
+	// A chain flushed and rewritten (kube-proxy's partial sync): a new map.
+	run("flush chain ip kube-proxy " + c1 + "\nadd rule ip kube-proxy " + c1 + " meta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.1.0.7 . 8080, 1 : 10.1.0.8 . 8080 }\n")
+	got = read()
+	want(got, c1, "10.1.0.7:8080", "10.1.0.8:8080")
+	want(got, c0, "10.1.0.1:8080", "10.1.0.2:8080")
+	stats(4, 5, 1)
+
+	// A rule replaced in place.
+	h := ruleHandle(t, nft, c2)
+	run(fmt.Sprintf("replace rule ip kube-proxy %s handle %s meta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.1.0.9 . 8080, 1 : 10.1.0.2 . 8080 }\n", c2, h))
+	want(read(), c2, "10.1.0.2:8080", "10.1.0.9:8080")
+
+	// The table deleted and made again in the same order (a firewall
+	// reload, then kube-proxy's restart): the same set names, new contents.
+	run("delete table ip kube-proxy\n" + table("10.1.0.3", "10.1.0.4"))
+	got = read()
+	for _, c := range []string{c0, c1, c2} {
+		want(got, c, "10.1.0.3:8080", "10.1.0.4:8080")
+	}
+}
+
+// ruleHandle returns the handle of chain's first rule, from nft -a.
+func ruleHandle(t *testing.T, nft, chain string) string {
+	t.Helper()
+	out, err := exec.Command(nft, "-a", "list", "chain", "ip", "kube-proxy", chain).Output()
+	if err != nil {
+		t.Fatalf("nft -a list chain: %v", err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if i := strings.Index(line, "# handle "); i >= 0 && strings.Contains(line, "dnat") {
+			return strings.TrimSpace(line[i+len("# handle "):])
+		}
+	}
+	t.Fatalf("no rule handle in %s", out)
+	return ""
+}
+
+func nftOut(nft string) string {
+	out, _ := exec.Command(nft, "list", "table", "ip", "kube-proxy").CombinedOutput()
+	return string(out)
 }
