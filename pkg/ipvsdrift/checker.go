@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -91,13 +90,9 @@ type Checker struct {
 	mu sync.Mutex
 	// zeroSince is when each real server was first seen at weight 0.
 	zeroSince map[zeroKey]time.Time
-	// snapAt is the read time of the full read fresh is laid over.
-	snapAt time.Time
-	// fresh are the Services re-read to confirm findings since that read.
-	fresh ServiceEndpoints
-	// confirmedAt is when each finding (by Key) was last confirmed by a
-	// fresh read of its Service.
-	confirmedAt map[string]time.Time
+	// view lays the reads of named Services over the full read (nil
+	// without Endpoints).
+	view *EndpointView
 }
 
 type zeroKey struct {
@@ -121,7 +116,11 @@ func NewChecker(cfg Config) (*Checker, error) {
 		// other's findings on every run and nothing would ever settle.
 		cfg.Settle = &check.Settler{Grace: cfg.Settle.Grace, Clock: cfg.Settle.Clock}
 	}
-	return &Checker{cfg: cfg, zeroSince: map[zeroKey]time.Time{}, fresh: ServiceEndpoints{}, confirmedAt: map[string]time.Time{}}, nil
+	c := &Checker{cfg: cfg, zeroSince: map[zeroKey]time.Time{}}
+	if cfg.Endpoints != nil {
+		c.view = NewEndpointView(cfg.Endpoints)
+	}
+	return c, nil
 }
 
 // Name implements check.Checker.
@@ -130,9 +129,6 @@ func (c *Checker) Name() string { return check.NameIPVSDataplane }
 // maxNamed bounds how many findings a problem message names.
 const maxNamed = 3
 
-// confirmTTL is how long a confirming read of a Service stands in for the
-// full read: a problem that persists is re-read at most this often.
-const confirmTTL = FullComparisonPeriod
 
 // Run implements check.Checker.
 func (c *Checker) Run(ctx context.Context) (check.Result, error) {
@@ -167,16 +163,9 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	if c.cfg.Settle == nil {
 		in.ZeroFor = nil
 	}
-	if c.cfg.Endpoints != nil {
-		all, at, err := c.cfg.Endpoints.All(ctx)
-		if err != nil {
+	if c.view != nil {
+		if in.Endpoints, err = c.view.Current(ctx); err != nil {
 			logger.Info("Cannot read EndpointSlices; real servers of the Services not read are not judged", "err", err)
-		}
-		if !at.Equal(c.snapAt) {
-			c.snapAt, c.fresh = at, ServiceEndpoints{}
-		}
-		if all != nil {
-			in.Endpoints = overlay(all, c.fresh)
 		}
 	}
 	if c.cfg.ConnPath != "" && in.Endpoints != nil {
@@ -188,17 +177,17 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	if len(unread) > 0 && c.cfg.Settle != nil {
 		// Services created since the full read: read them now, once each
 		// (the answer stands until the next full read).
-		if got, err := c.cfg.Endpoints.Of(ctx, unread); err != nil {
+		if eps, err := c.view.Read(ctx, in.Endpoints, unread); err != nil {
 			logger.Info("Cannot read the EndpointSlices of Services created since the full read; not judging them yet", "services", len(unread), "err", err)
 		} else {
-			maps.Copy(c.fresh, got)
-			in.Endpoints = overlay(in.Endpoints, got)
+			in.Endpoints = eps
 			found = Compare(in)
 		}
 	}
 	found = c.settled(found)
 	if c.cfg.Settle != nil && in.Endpoints != nil {
-		found = c.confirm(ctx, logger, in, found, now)
+		found = Confirm(ctx, c.view, logger, in.Endpoints, found, now, Finding.Key, func(f Finding) string { return f.Service },
+			func(eps ServiceEndpoints) []Finding { in.Endpoints = eps; return Compare(in) })
 	}
 	return c.result(found), nil
 }
@@ -232,64 +221,6 @@ func (c *Checker) trackZero(table ipvs.Table, now time.Time) func(ipvs.Key, neti
 // settled keeps the findings that persisted for the settle grace.
 func (c *Checker) settled(found []Finding) []Finding {
 	return check.KeepSettled(c.cfg.Settle, found, Finding.Key)
-}
-
-// confirm re-reads the Services of settled findings that depend on
-// endpoints and were not confirmed within confirmTTL, lays the answers over
-// the full read, compares again and keeps the findings that still hold: a
-// Service whose pods changed since the full read is never reported from the
-// old read. A finding confirmed stays reported while it persists, and is
-// read again every confirmTTL.
-func (c *Checker) confirm(ctx context.Context, logger klog.Logger, in Input, found []Finding, now time.Time) []Finding {
-	need := map[string]bool{}
-	present := map[string]bool{}
-	for _, f := range found {
-		if f.Service == "" {
-			continue
-		}
-		present[f.Key()] = true
-		if at, ok := c.confirmedAt[f.Key()]; !ok || now.Sub(at) >= confirmTTL {
-			need[f.Service] = true
-		}
-	}
-	for k := range c.confirmedAt {
-		if !present[k] {
-			delete(c.confirmedAt, k)
-		}
-	}
-	if len(need) == 0 {
-		return found
-	}
-	names := slices.Sorted(maps.Keys(need))
-	got, err := c.cfg.Endpoints.Of(ctx, names)
-	if err != nil {
-		logger.Info("Cannot re-read the EndpointSlices of Services with findings; not reporting them yet", "services", len(names), "err", err)
-		out := found[:0:0]
-		for _, f := range found {
-			if !need[f.Service] {
-				out = append(out, f)
-			}
-		}
-		return out
-	}
-	maps.Copy(c.fresh, got)
-	in.Endpoints = overlay(in.Endpoints, got)
-	still := map[string]bool{}
-	for _, f := range Compare(in) {
-		still[f.Key()] = true
-	}
-	out := found[:0:0]
-	for _, f := range found {
-		if !still[f.Key()] {
-			delete(c.confirmedAt, f.Key())
-			continue
-		}
-		if need[f.Service] {
-			c.confirmedAt[f.Key()] = now
-		}
-		out = append(out, f)
-	}
-	return out
 }
 
 // result words the check's result: a problem for the kinds that break

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -81,6 +83,12 @@ type Config struct {
 // Checker is the nftables-dataplane check.
 type Checker struct {
 	cfg Config
+	// mu serialises runs (the loop does; a concurrent diagnose-style call
+	// stays safe).
+	mu sync.Mutex
+	// view lays the reads of named Services over the shared full read of
+	// EndpointSlices, to confirm findings (nil without Endpoints).
+	view *ipvsdrift.EndpointView
 	// lastMode is the mode kube-proxy last reported: a kube-proxy that
 	// stops answering (stopped, hung) has not changed its mode, and its
 	// table is then what matters most.
@@ -97,7 +105,11 @@ func NewChecker(cfg Config) (*Checker, error) {
 	if cfg.Settle != nil {
 		cfg.Settle = &check.Settler{Grace: cfg.Settle.Grace, Clock: cfg.Settle.Clock}
 	}
-	return &Checker{cfg: cfg}, nil
+	c := &Checker{cfg: cfg}
+	if cfg.Endpoints != nil {
+		c.view = ipvsdrift.NewEndpointView(cfg.Endpoints)
+	}
+	return c, nil
 }
 
 // Name implements check.Checker.
@@ -139,12 +151,12 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 			logger.Info("Cannot read Services; only the table's presence is judged", "err", err)
 		}
 	}
-	if c.cfg.Endpoints != nil && in.Services != nil {
-		all, _, err := c.cfg.Endpoints.All(ctx)
-		if err != nil {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.view != nil && in.Services != nil {
+		if in.Endpoints, err = c.view.Current(ctx); err != nil {
 			logger.Info("Cannot read EndpointSlices; endpoints are not judged", "err", err)
 		}
-		in.Endpoints = all
 	}
 	if c.cfg.Announced != nil && in.Services != nil {
 		if in.Announced, err = c.cfg.Announced(ctx); err != nil {
@@ -152,6 +164,17 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 		}
 	}
 	found := check.KeepSettled(c.cfg.Settle, Compare(in), Finding.Key)
+	if c.cfg.Settle != nil && in.Endpoints != nil {
+		// The agent's full read of EndpointSlices is up to
+		// FullComparisonPeriod old: every settled finding of a Service is
+		// confirmed against a read of it now, as ipvs-dataplane does.
+		now := time.Now()
+		if c.cfg.Settle.Clock != nil {
+			now = c.cfg.Settle.Clock.Now()
+		}
+		found = ipvsdrift.Confirm(ctx, c.view, logger, in.Endpoints, found, now, Finding.Key, func(f Finding) string { return f.Service },
+			func(eps ipvsdrift.ServiceEndpoints) []Finding { in.Endpoints = eps; return Compare(in) })
+	}
 	res := check.Result{Name: c.Name()}
 	var problems []Finding
 	for _, f := range found {

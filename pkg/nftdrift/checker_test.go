@@ -130,3 +130,64 @@ func TestCheckerBlackHole(t *testing.T) {
 		}
 	}
 }
+
+// staleEndpoints is an agent's full read taken before web's pods moved:
+// All still says 10.244.1.5 and .6; a read of web now says what of says.
+type staleEndpoints struct {
+	of   []string
+	reqs *[]string
+}
+
+func (staleEndpoints) All(ctx context.Context) (ipvsdrift.ServiceEndpoints, time.Time, error) {
+	return fakeEndpoints{}.All(ctx)
+}
+
+func (s staleEndpoints) Of(_ context.Context, names []string) (ipvsdrift.ServiceEndpoints, error) {
+	*s.reqs = append(*s.reqs, names...)
+	return ipvsdrift.Summarize([]*discoveryv1.EndpointSlice{eps("web", s.of...)}), nil
+}
+
+// TestCheckerConfirmsWithAFreshRead: in the agent (a settle grace) a
+// finding that rests on the full read of EndpointSlices is reported only
+// when a read of its Service now confirms it, as ipvs-dataplane does.
+func TestCheckerConfirmsWithAFreshRead(t *testing.T) {
+	services := []*corev1.Service{svc("web", "10.96.0.10", corev1.ServiceTypeClusterIP, 0, ""), svc("lb", "10.96.0.11", corev1.ServiceTypeLoadBalancer, 30080, "192.0.2.10")}
+	// kube-proxy programmed web's new pods, 10.244.1.8 and .9.
+	tbl := goodTable()
+	for c := range tbl.DNAT {
+		if strings.Contains(c, "/web/") {
+			tbl.DNAT[c] = []netip.AddrPort{netip.MustParseAddrPort("10.244.1.8:8080"), netip.MustParseAddrPort("10.244.1.9:8080")}
+		}
+	}
+	tests := []struct {
+		name   string
+		now    []string
+		status check.Status
+	}{
+		{name: "the pods moved since the full read", now: []string{"10.244.1.8", "10.244.1.9"}, status: check.StatusOK},
+		{name: "kube-proxy really is wrong", now: []string{"10.244.1.5", "10.244.1.6"}, status: check.StatusProblem},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var reqs []string
+			c, err := NewChecker(Config{
+				Read:      func() ([]Table, error) { return []Table{tbl}, nil },
+				Mode:      func(context.Context) (string, error) { return kubeproxy.ModeNFTables, nil },
+				Services:  func(context.Context) ([]*corev1.Service, error) { return services, nil },
+				Endpoints: staleEndpoints{of: tc.now, reqs: &reqs},
+				NodeName:  "n1",
+				Settle:    &check.Settler{},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := c.Run(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Status != tc.status || len(reqs) != 1 || reqs[0] != "default/web" {
+				t.Fatalf("%s/%s %q after reads of %v; want %s after one read of default/web", r.Status, r.Reason, r.Message, reqs, tc.status)
+			}
+		})
+	}
+}
