@@ -129,7 +129,6 @@ func (c *Checker) Name() string { return check.NameIPVSDataplane }
 // maxNamed bounds how many findings a problem message names.
 const maxNamed = 3
 
-
 // Run implements check.Checker.
 func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	logger := klog.FromContext(ctx).WithValues("check", check.NameIPVSDataplane)
