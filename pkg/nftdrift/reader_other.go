@@ -10,11 +10,14 @@ import "errors"
 type Reader struct {
 	// NetNS is the network namespace to read.
 	NetNS string
+	// NoFeed reads without nf_tables' change feed.
+	NoFeed bool
 }
 
 // ReaderStats counts a Reader's work (Linux only).
 type ReaderStats struct {
-	Reads, Unchanged, MapDumps, MapsCached, Retries int
+	Reads, Unchanged, Full, Followed, ChainDumps, MapDumps, MapsCached, Retries, Overflows int
+	Feed                                                                              bool
 }
 
 // Stats returns nothing: nftables is Linux only.

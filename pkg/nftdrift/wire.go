@@ -124,6 +124,47 @@ func decodeTableHandle(b []byte) (uint64, error) {
 	return h, err
 }
 
+// decodeTableName returns a NEWTABLE or DELTABLE message's table name.
+func decodeTableName(b []byte) (string, error) {
+	var name string
+	err := attrs(b, func(typ uint16, d []byte) error {
+		if typ == unix.NFTA_TABLE_NAME {
+			name = cstring(d)
+		}
+		return nil
+	})
+	return name, err
+}
+
+// decodeRuleChain returns a NEWRULE or DELRULE message's table and chain,
+// decoding no expression.
+func decodeRuleChain(b []byte) (table, chain string, err error) {
+	err = attrs(b, func(typ uint16, d []byte) error {
+		switch typ {
+		case unix.NFTA_RULE_TABLE:
+			table = cstring(d)
+		case unix.NFTA_RULE_CHAIN:
+			chain = cstring(d)
+		}
+		return nil
+	})
+	return table, chain, err
+}
+
+// decodeElemList returns a NEWSETELEM or DELSETELEM message's table and set.
+func decodeElemList(b []byte) (table, set string, err error) {
+	err = attrs(b, func(typ uint16, d []byte) error {
+		switch typ {
+		case unix.NFTA_SET_ELEM_LIST_TABLE:
+			table = cstring(d)
+		case unix.NFTA_SET_ELEM_LIST_SET:
+			set = cstring(d)
+		}
+		return nil
+	})
+	return table, set, err
+}
+
 // decodeGen returns a NEWGEN message's generation.
 func decodeGen(b []byte) (uint32, error) {
 	var g uint32

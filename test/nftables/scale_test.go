@@ -85,6 +85,8 @@ func TestScaleChild(t *testing.T) {
 	// Peak RSS from here on: the input (10,000 Services and the
 	// EndpointSlices' summary) stays resident, as in the agent; the garbage
 	// of building it does not count.
+	// The agent's GOGC (cmd/ipvs-guard: agentGCPercent).
+	debug.SetGCPercent(25)
 	runtime.GC()
 	debug.FreeOSMemory()
 	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
@@ -115,15 +117,24 @@ func TestScaleChild(t *testing.T) {
 	}
 	wall, cpu := measure(readCompare)
 	fmt.Printf("RESULT wall=%s cpu=%s findings=%d elements=%d chains=%d\n", wall, cpu, len(found), len(tables[0].ServiceIPs), len(tables[0].DNAT))
-	// A resync after kube-proxy committed (here: another table's commit
-	// moves the generation; the Service chains are as they were).
+	// A resync after kube-proxy's partial sync of one Service: its chain
+	// flushed and its rule written again (a new anonymous map).
+	const c7 = "service-00000007-default/s7/tcp/http"
+	script := fmt.Sprintf("flush chain ip kube-proxy %s\nadd rule ip kube-proxy %s meta l4proto tcp dnat ip to numgen random mod 3 map { 0 : %s . 8080, 1 : %s . 8080, 2 : %s . 8080 }\n",
+		c7, c7, ep(7, 0), ep(7, 1), ep(7, 2))
+	cmd := exec.Command("nft", "-f", "-")
+	cmd.Stdin = bytes.NewBufferString(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nft -f: %v: %s", err, out)
+	}
+	wall, cpu = measure(readCompare)
+	st := r.Stats()
+	fmt.Printf("RESYNC wall=%s cpu=%s findings=%d dumps=%d chains=%d\n", wall, cpu, len(found), st.MapDumps, st.ChainDumps)
+	// A resync after a commit that touched no object of kube-proxy's.
 	if out, err := exec.Command("nft", "add", "table", "ip", "scale-unrelated").CombinedOutput(); err != nil {
 		t.Fatalf("nft add table: %v: %s", err, out)
 	}
 	defer exec.Command("nft", "delete", "table", "ip", "scale-unrelated").Run()
-	wall, cpu = measure(readCompare)
-	fmt.Printf("RESYNC wall=%s cpu=%s findings=%d dumps=%d\n", wall, cpu, len(found), r.Stats().MapDumps)
-	// A resync with no commit since.
 	wall, cpu = measure(readCompare)
 	fmt.Printf("UNCHANGED wall=%s cpu=%s findings=%d unchanged=%d\n", wall, cpu, len(found), r.Stats().Unchanged)
 	fmt.Printf("HWM %s(input:%s)\n", vm("VmHWM"), base)
@@ -189,6 +200,7 @@ func TestScaleFigures(t *testing.T) {
 	var wall, cpu, rwall, rcpu, uwall, ucpu time.Duration
 	var findings, elements, chains, rfindings, dumps, ufindings, unchanged int
 	var hwm string
+	var chainDumps int
 	for _, line := range bytes.Split(res, []byte("\n")) {
 		var w, c string
 		switch {
@@ -197,7 +209,7 @@ func TestScaleFigures(t *testing.T) {
 			wall, _ = time.ParseDuration(w)
 			cpu, _ = time.ParseDuration(c)
 		case bytes.HasPrefix(line, []byte("RESYNC ")):
-			fmt.Sscanf(string(line), "RESYNC wall=%s cpu=%s findings=%d dumps=%d", &w, &c, &rfindings, &dumps)
+			fmt.Sscanf(string(line), "RESYNC wall=%s cpu=%s findings=%d dumps=%d chains=%d", &w, &c, &rfindings, &dumps, &chainDumps)
 			rwall, _ = time.ParseDuration(w)
 			rcpu, _ = time.ParseDuration(c)
 		case bytes.HasPrefix(line, []byte("HWM ")):
@@ -211,27 +223,34 @@ func TestScaleFigures(t *testing.T) {
 	if elements != n || chains != n || findings != 0 || rfindings != 0 || ufindings != 0 {
 		t.Fatalf("read %d elements, %d chains, %d/%d/%d findings; want %d, %d, 0:\n%s", elements, chains, findings, rfindings, ufindings, n, n, res)
 	}
-	// The resync read no map again; the unchanged read nothing.
-	if dumps != n || unchanged != 1 {
-		t.Fatalf("%d anonymous maps dumped over the first read and the resync (want %d: each once), %d unchanged reads (want 1):\n%s", dumps, n, unchanged, res)
+	// The resync read one chain and its new map; the unchanged read nothing.
+	if dumps != n+1 || chainDumps != 1 || unchanged != 1 {
+		t.Fatalf("%d anonymous maps dumped over the first read and the resync (want %d: each once), %d chains (want 1), %d unchanged reads (want 1):\n%s", dumps, n+1, chainDumps, unchanged, res)
 	}
 	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(n) * 1000 }
-	t.Logf("FIGURE %d Services × 3 endpoints: first read + compare %s wall, %s CPU (%.2f ms per 1,000 Services), peak RSS while reading and comparing %s (the whole test process: %.1f MiB); nft -j list table %s (%d bytes of JSON, peak RSS %.1f MiB); ratio %.2f×",
+	t.Logf("FIGURE %d Services × 3 endpoints: first read + compare %s wall, %s CPU (%.2f ms per 1,000 Services), peak RSS while reading and comparing %s (GOGC 25, as the agent; the whole test process: %.1f MiB); nft -j list table %s (%d bytes of JSON, peak RSS %.1f MiB); ratio %.2f×",
 		n, wall.Round(time.Millisecond), cpu.Round(time.Millisecond), per(cpu), hwm, float64(rss)/1024,
 		nftWall.Round(time.Millisecond), len(out), float64(nftRSS)/1024, wall.Seconds()/nftWall.Seconds())
-	t.Logf("FIGURE resync after a commit: read + compare %s wall (%.3f× nft -j), %s CPU (%.2f ms per 1,000 Services); with no commit since: %s wall, %s CPU (%.3f ms per 1,000 Services)",
+	t.Logf("FIGURE resync after kube-proxy rewrote one Service's chain: read + compare %s wall (%.3f× nft -j), %s CPU (%.2f ms per 1,000 Services); after a commit of nothing of kube-proxy's: %s wall, %s CPU (%.3f ms per 1,000 Services)",
 		rwall.Round(time.Millisecond), rwall.Seconds()/nftWall.Seconds(), rcpu.Round(time.Millisecond), per(rcpu), uwall.Round(time.Microsecond), ucpu.Round(time.Microsecond), per(ucpu))
 }
 
-// TestReaderKeepsWhatItRead proves the reader's memory on the real kernel:
-// an unchanged ruleset is not read again, an anonymous DNAT map is dumped
-// once, and every way kube-proxy (or anyone) changes a Service chain's
-// endpoints is seen — a rule replaced, a chain flushed and rewritten, the
-// table deleted and made again with the same handles' worth of objects.
+// TestReaderKeepsWhatItRead proves the reader's memory on the real kernel,
+// following nf_tables' change feed and without it: an unchanged ruleset is
+// not read again, an anonymous DNAT map is dumped once, and every way
+// kube-proxy (or anyone) changes a Service chain's endpoints is seen — a
+// chain flushed and rewritten, a rule replaced, an element deleted, the
+// table deleted and made again with the same names.
 func TestReaderKeepsWhatItRead(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.Require(t, os.Getenv("NFT_NETNS") != "", "run through hack/test-nftables.sh (a private network namespace)")
 	nft := testenv.Tool(t, "NFT", "nft", "apt-get install nftables")
+	for _, feed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("feed=%v", feed), func(t *testing.T) { readerScenario(t, nft, feed) })
+	}
+}
+
+func readerScenario(t *testing.T, nft string, feed bool) {
 	run := func(script string) {
 		t.Helper()
 		cmd := exec.Command(nft, "-f", "-")
@@ -246,20 +265,25 @@ func TestReaderKeepsWhatItRead(t *testing.T) {
 		for i := range 3 {
 			fmt.Fprintf(&b, "add chain ip kube-proxy service-%d-default/s%d/tcp/http\n", i, i)
 			fmt.Fprintf(&b, "add rule ip kube-proxy service-%d-default/s%d/tcp/http meta l4proto tcp dnat ip to numgen random mod 2 map { 0 : %s . 8080, 1 : %s . 8080 }\n", i, i, eps[0], eps[1])
+			fmt.Fprintf(&b, "add element ip kube-proxy service-ips { 10.96.0.%d . tcp . 80 : goto service-%d-default/s%d/tcp/http }\n", i+1, i, i)
 		}
 		return b.String()
 	}
 	_ = exec.Command(nft, "delete", "table", "ip", "kube-proxy").Run()
+	_ = exec.Command(nft, "delete", "table", "ip", "unrelated").Run()
 	defer exec.Command(nft, "delete", "table", "ip", "kube-proxy").Run()
+	defer exec.Command(nft, "delete", "table", "ip", "unrelated").Run()
 	run(table("10.1.0.1", "10.1.0.2"))
 
-	r := &nftdrift.Reader{}
+	r := &nftdrift.Reader{NoFeed: !feed}
+	var tbl nftdrift.Table
 	read := func() map[string][]string {
 		t.Helper()
 		ts, err := r.Read()
 		if err != nil {
 			t.Fatal(err)
 		}
+		tbl = ts[0]
 		out := map[string][]string{}
 		for c, eps := range ts[0].DNAT {
 			for _, e := range eps {
@@ -275,37 +299,71 @@ func TestReaderKeepsWhatItRead(t *testing.T) {
 			t.Errorf("%s DNATs to %v, want %v (the kernel: %s)", chain, got[chain], eps, nftOut(nft))
 		}
 	}
-	stats := func(dumps, cached, unchanged int) {
+	// stats checks the reader's counters; a field of -1 is not checked.
+	stats := func(w nftdrift.ReaderStats) {
 		t.Helper()
 		s := r.Stats()
-		if s.MapDumps != dumps || s.MapsCached != cached || s.Unchanged != unchanged {
-			t.Errorf("reader stats %+v, want %d map dumps, %d cached, %d unchanged", s, dumps, cached, unchanged)
+		if s.Feed != feed || s.Full != w.Full || s.MapDumps != w.MapDumps || s.Unchanged != w.Unchanged || (w.Followed >= 0 && s.Followed != w.Followed) {
+			t.Errorf("reader stats %+v, want feed %v, %d full reads, %d map dumps, %d unchanged, %d followed", s, feed, w.Full, w.MapDumps, w.Unchanged, w.Followed)
 		}
+	}
+	followed := func(n int) int {
+		if feed {
+			return n
+		}
+		return 0
+	}
+	full := func(withFeed, without int) int {
+		if feed {
+			return withFeed
+		}
+		return without
 	}
 	const c0, c1, c2 = "service-0-default/s0/tcp/http", "service-1-default/s1/tcp/http", "service-2-default/s2/tcp/http"
 	got := read()
 	want(got, c0, "10.1.0.1:8080", "10.1.0.2:8080")
-	stats(3, 0, 0)
+	stats(nftdrift.ReaderStats{Full: 1, MapDumps: 3})
 	read()
-	stats(3, 0, 1) // the generation did not move: nothing read
+	stats(nftdrift.ReaderStats{Full: 1, MapDumps: 3, Unchanged: 1}) // nothing changed: nothing read
 
-	// Another table's commit moves the generation: the maps come from memory.
+	// Another table's commit: the feed says nothing of kube-proxy's table;
+	// without it the generation moved and everything is read (the maps from
+	// memory).
 	run("add table ip unrelated\n")
-	defer exec.Command(nft, "delete", "table", "ip", "unrelated").Run()
 	want(read(), c1, "10.1.0.1:8080", "10.1.0.2:8080")
-	stats(3, 3, 1)
+	stats(nftdrift.ReaderStats{Full: full(1, 2), MapDumps: 3, Unchanged: full(2, 1)})
 
 	// A chain flushed and rewritten (kube-proxy's partial sync): a new map.
 	run("flush chain ip kube-proxy " + c1 + "\nadd rule ip kube-proxy " + c1 + " meta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.1.0.7 . 8080, 1 : 10.1.0.8 . 8080 }\n")
 	got = read()
 	want(got, c1, "10.1.0.7:8080", "10.1.0.8:8080")
 	want(got, c0, "10.1.0.1:8080", "10.1.0.2:8080")
-	stats(4, 5, 1)
+	stats(nftdrift.ReaderStats{Full: full(1, 3), MapDumps: 4, Unchanged: full(2, 1), Followed: followed(1)})
 
 	// A rule replaced in place.
 	h := ruleHandle(t, nft, c2)
 	run(fmt.Sprintf("replace rule ip kube-proxy %s handle %s meta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.1.0.9 . 8080, 1 : 10.1.0.2 . 8080 }\n", c2, h))
 	want(read(), c2, "10.1.0.2:8080", "10.1.0.9:8080")
+	stats(nftdrift.ReaderStats{Full: full(1, 4), MapDumps: 5, Unchanged: full(2, 1), Followed: followed(2)})
+
+	// An element deleted, another pointed elsewhere; a chain added, one deleted.
+	run("delete element ip kube-proxy service-ips { 10.96.0.1 . tcp . 80 }\n" +
+		"delete element ip kube-proxy service-ips { 10.96.0.2 . tcp . 80 }\nadd element ip kube-proxy service-ips { 10.96.0.2 . tcp . 80 : goto " + c2 + " }\n" +
+		"add chain ip kube-proxy service-3-default/s3/tcp/http\nflush chain ip kube-proxy " + c0 + "\ndelete chain ip kube-proxy " + c0 + "\n")
+	got = read()
+	if _, ok := got[c0]; ok || tbl.Chains[c0] {
+		t.Errorf("deleted chain %s still read: %v", c0, got[c0])
+	}
+	if n, ok := tbl.Rules["service-3-default/s3/tcp/http"]; !ok || n != 0 || !tbl.Chains["service-3-default/s3/tcp/http"] {
+		t.Errorf("the new empty chain: rules %d (%v), want 0", n, ok)
+	}
+	ips := map[string]string{}
+	for k, v := range tbl.ServiceIPs {
+		ips[k.String()] = v
+	}
+	if len(ips) != 2 || ips["10.96.0.2 . tcp . 80"] != c2 || ips["10.96.0.3 . tcp . 80"] != c2 {
+		t.Errorf("service-ips read as %v", ips)
+	}
 
 	// The table deleted and made again in the same order (a firewall
 	// reload, then kube-proxy's restart): the same set names, new contents.
@@ -313,6 +371,14 @@ func TestReaderKeepsWhatItRead(t *testing.T) {
 	got = read()
 	for _, c := range []string{c0, c1, c2} {
 		want(got, c, "10.1.0.3:8080", "10.1.0.4:8080")
+	}
+	if s := r.Stats(); s.Full != full(2, 6) {
+		t.Errorf("the table made again: %d full reads, want %d", s.Full, full(2, 6))
+	}
+	// And gone.
+	run("delete table ip kube-proxy\n")
+	if read(); tbl.Present {
+		t.Errorf("the deleted table read as present")
 	}
 }
 
