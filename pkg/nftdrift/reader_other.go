@@ -17,7 +17,7 @@ type Reader struct {
 // ReaderStats counts a Reader's work (Linux only).
 type ReaderStats struct {
 	Reads, Unchanged, Full, Followed, ChainDumps, MapDumps, MapsCached, Retries, Overflows int
-	Feed                                                                              bool
+	Feed                                                                                   bool
 }
 
 // Stats returns nothing: nftables is Linux only.
