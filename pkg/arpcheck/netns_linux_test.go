@@ -130,9 +130,24 @@ func (tp *topo) vipDevice(ns, name string) {
 	tp.run("ip", "-n", ns, "link", "add", name, "type", "ifb")
 }
 
+// show returns `ip -o link show`'s stdout alone: iproute2 warns on stderr
+// ("Peer netns reference is invalid.") when a namespace another test is
+// removing names a veth's peer, which is no part of the answer.
+func (tp *topo) show(ns, iface string) string {
+	tp.t.Helper()
+	var stderr strings.Builder
+	cmd := exec.Command("ip", "-n", ns, "-o", "link", "show", iface)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		tp.t.Fatalf("ip -n %s -o link show %s: %v\n%s%s", ns, iface, err, out, stderr.String())
+	}
+	return string(out)
+}
+
 func (tp *topo) mac(ns, iface string) string {
 	tp.t.Helper()
-	out := tp.run("ip", "-n", ns, "-o", "link", "show", iface)
+	out := tp.show(ns, iface)
 	m := regexp.MustCompile(`link/ether ([0-9a-f:]{17})`).FindStringSubmatch(out)
 	if m == nil {
 		tp.t.Fatalf("no MAC for %s in %s: %s", iface, ns, out)
@@ -142,7 +157,7 @@ func (tp *topo) mac(ns, iface string) string {
 
 func (tp *topo) ifindex(ns, iface string) int {
 	tp.t.Helper()
-	out := tp.run("ip", "-n", ns, "-o", "link", "show", iface)
+	out := tp.show(ns, iface)
 	i, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(out, ":", 2)[0]))
 	if err != nil {
 		tp.t.Fatalf("no index for %s in %s: %s", iface, ns, out)
