@@ -191,9 +191,9 @@ func chainHash(port string) string {
 // port chains of no Service (every Service, whatever its endpoints: what
 // kube-proxy programs for a Service that exists is compareService's).
 func ghosts(t Table, svcs []*corev1.Service, v4 bool) []Finding {
-	keys := map[ServiceKey]bool{}
+	keys := make(map[ServiceKey]bool, 2*len(svcs))
 	nodePorts := map[PortKey]bool{}
-	ports := map[string]bool{}
+	ports := make(map[string]bool, len(svcs))
 	for _, s := range svcs {
 		if s.Spec.Type == corev1.ServiceTypeExternalName {
 			continue
@@ -207,7 +207,7 @@ func ghosts(t Table, svcs []*corev1.Service, v4 bool) []Finding {
 			if proto == "" {
 				proto = "tcp"
 			}
-			port := fmt.Sprintf("%s/%s/%s/%s", s.Namespace, s.Name, proto, p.Name)
+			port := s.Namespace + "/" + s.Name + "/" + proto + "/" + p.Name
 			ports[port] = true
 			for _, ip := range addrs(ips, v4) {
 				keys[ServiceKey{IP: ip, Protocol: proto, Port: uint16(p.Port)}] = true
@@ -336,7 +336,7 @@ func compareService(in Input, t Table, chains map[string][]string, s *corev1.Ser
 		if proto == "" {
 			proto = "tcp"
 		}
-		port := fmt.Sprintf("%s/%s/%s/%s", s.Namespace, s.Name, proto, p.Name)
+		port := s.Namespace + "/" + s.Name + "/" + proto + "/" + p.Name
 		cluster, hinted := in.Endpoints.Programmed(name, p.Name, p.Protocol, v4, false, in.Node)
 		local, _ := in.Endpoints.Programmed(name, p.Name, p.Protocol, v4, true, in.Node)
 		internal := cluster
