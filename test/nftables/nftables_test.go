@@ -7,10 +7,14 @@ package nftables
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -48,6 +52,8 @@ type fixture struct {
 	cs       kubernetes.Interface
 	drift    *nftdrift.Checker
 	sync     *kubeproxy.SyncChecker
+	// web is web's ClusterIP, once its pods answer.
+	web string
 }
 
 func (f *fixture) startKubeProxy() {
@@ -86,6 +92,56 @@ func (f *fixture) restart(t *testing.T) {
 	_ = exec.Command(f.nft, "delete", "table", "ip", "kube-proxy").Run()
 	f.startKubeProxy()
 	f.waitDrift(t, "a clean table after kube-proxy's restart", 60*time.Second, func(r check.Result) bool { return r.Status == check.StatusOK })
+	if f.web != "" {
+		wantThrough(t, f.web, true)
+	}
+}
+
+// backends serves HTTP on port 8080 of each address (added to the
+// namespace's loopback), answering with the address: web's pods, so that a
+// request through its ClusterIP says whether kube-proxy's table carries it
+// and to which endpoint.
+func backends(t *testing.T, addrs ...string) {
+	for _, a := range addrs {
+		if out, err := exec.Command("ip", "addr", "replace", a+"/32", "dev", "lo").CombinedOutput(); err != nil {
+			t.Fatalf("ip addr replace %s: %v: %s", a, err, out)
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(a, "8080"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, a) }), ReadHeaderTimeout: time.Second}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+	}
+}
+
+// through sends one request to ip:80 through kube-proxy's rules and returns
+// the endpoint that answered.
+func through(ip string) (string, error) {
+	c := http.Client{Timeout: 700 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get("http://" + net.JoinHostPort(ip, "80") + "/")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// wantThrough asserts that a request through ip:80 is answered (by one of
+// from, when given), or that none is (answered false).
+func wantThrough(t *testing.T, ip string, answered bool, from ...string) {
+	t.Helper()
+	got, err := through(ip)
+	switch {
+	case answered && err != nil:
+		t.Errorf("a request through %s:80 failed (%v), while the check says kube-proxy's table carries it", ip, err)
+	case answered && len(from) > 0 && !slices.Contains(from, got):
+		t.Errorf("a request through %s:80 was answered by %q, want one of %v", ip, got, from)
+	case !answered && err == nil:
+		t.Errorf("a request through %s:80 was answered by %s, while the check says kube-proxy's table does not carry it", ip, got)
+	}
 }
 
 func (f *fixture) nftOut(args ...string) string {
@@ -229,6 +285,11 @@ func TestKubeProxyNFTables(t *testing.T) {
 	}
 	t.Logf("kube-proxy-sync: %s", sr.Message)
 	cip := web.Spec.ClusterIP
+	// web's pods answer, through kube-proxy's table, at the same moment as
+	// each verdict below.
+	backends(t, "10.244.1.5", "10.244.1.6")
+	wantThrough(t, cip, true, "10.244.1.5", "10.244.1.6")
+	f.web = cip
 
 	t.Run("element deleted from service-ips", func(t *testing.T) {
 		elem := cip + " . tcp . 80"
@@ -239,6 +300,7 @@ func TestKubeProxyNFTables(t *testing.T) {
 		if out := f.nftOut("-j", "list", "map", "ip", "kube-proxy", "service-ips"); strings.Contains(out, `"`+cip+`"`) {
 			t.Errorf("nft -j lists %s in service-ips while the check says it is missing:\n%s", cip, out)
 		}
+		wantThrough(t, cip, false)
 		t.Logf("caught in %.1fs: %s", took.Seconds(), r.Message)
 		f.restart(t)
 	})
@@ -266,6 +328,7 @@ func TestKubeProxyNFTables(t *testing.T) {
 		if out := f.nftOut("-j", "list", "chain", "ip", "kube-proxy", chain); !strings.Contains(out, "10.244.9.9") || strings.Contains(out, "10.244.1.5") {
 			t.Errorf("nft -j list chain disagrees with the verdict:\n%s", out)
 		}
+		wantThrough(t, cip, false) // 10.244.9.9 is no pod
 		t.Logf("caught in %.1fs: %s", took.Seconds(), r.Message)
 		f.restart(t)
 	})
@@ -291,6 +354,17 @@ func TestKubeProxyNFTables(t *testing.T) {
 		})
 		if out := f.nftOut("-j", "list", "table", "ip", "kube-proxy"); !strings.Contains(out, "10.244.1.6") {
 			t.Errorf("nft -j no longer lists 10.244.1.6 though the check calls it stale")
+		}
+		// Requests still reach the pod the cluster removed.
+		reached := false
+		for range 30 {
+			if got, err := through(cip); err == nil && got == "10.244.1.6" {
+				reached = true
+				break
+			}
+		}
+		if !reached {
+			t.Errorf("no request through %s reached 10.244.1.6, which the check calls a stale endpoint still in kube-proxy's chain", cip)
 		}
 		t.Logf("stale endpoint caught %.1fs after the EndpointSlice update: %s", took.Seconds(), r.Message)
 		var sr check.Result
@@ -372,6 +446,7 @@ func TestKubeProxyNFTables(t *testing.T) {
 			if out, err := exec.Command(f.nft, "-j", "list", "table", "ip", "kube-proxy").CombinedOutput(); err == nil {
 				t.Errorf("nft -j list table succeeds while the check says the table is missing:\n%s", out)
 			}
+			wantThrough(t, cip, false)
 			// kube-proxy itself says nothing.
 			sr, err := f.sync.Run(ctx)
 			t.Logf("FIGURE table wiped → nftables-dataplane %s: %.2fs (agent: + the settle grace and one resync); kube-proxy-sync meanwhile %s/%s (%v): %s",
