@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
+	"github.com/ipvs-guard/ipvs-guard/internal/ipvsguardtest"
 	"github.com/ipvs-guard/ipvs-guard/internal/testenv"
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvscheck"
@@ -35,6 +36,7 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nftdrift"
+	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 )
 
 const node = "n1"
@@ -454,6 +456,60 @@ func TestKubeProxyNFTables(t *testing.T) {
 			f.restart(t)
 		})
 	}
+	t.Run("the agent: the table wiped makes KubeProxyDataplaneDegraded True on the Node", func(t *testing.T) {
+		// The real agent, as the DaemonSet runs it, publishing to the Node.
+		agent := exec.Command(ipvsguardtest.Binary(t), "run", "--kubeconfig", f.kubeconfig, "--node-name", node, "--root", "/",
+			"--resync-period", "2s", "--initial-publish-delay", "1s", "--no-uevents", "--metrics-bind-address", "0", "--health-probe-bind-address", "0")
+		logf, err := os.Create(filepath.Join(f.logDir, "agent.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer logf.Close()
+		agent.Stdout, agent.Stderr = logf, logf
+		if err := agent.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			_ = agent.Process.Signal(syscall.SIGTERM)
+			_ = agent.Wait()
+			if t.Failed() {
+				b, _ := os.ReadFile(logf.Name())
+				lines := strings.Split(string(b), "\n")
+				t.Logf("agent log tail:\n%s", strings.Join(lines[max(0, len(lines)-30):], "\n"))
+			}
+		}()
+		cond := func(ok func(corev1.NodeCondition) bool, within time.Duration, what string) (corev1.NodeCondition, time.Duration) {
+			t.Helper()
+			start := time.Now()
+			var last corev1.NodeCondition
+			for time.Since(start) < within {
+				n, err := f.cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+				if err == nil {
+					for _, c := range n.Status.Conditions {
+						if c.Type == corev1.NodeConditionType(nodestatus.KubeProxyDataplaneDegraded) {
+							if last = c; ok(c) {
+								return c, time.Since(start)
+							}
+						}
+					}
+				}
+				time.Sleep(250 * time.Millisecond)
+			}
+			t.Fatalf("no %s within %s: the condition is %s/%s %q", what, within, last.Status, last.Reason, last.Message)
+			return last, 0
+		}
+		c, _ := cond(func(c corev1.NodeCondition) bool { return c.Status == corev1.ConditionFalse }, 60*time.Second, "KubeProxyDataplaneDegraded False")
+		t.Logf("the agent publishes KubeProxyDataplaneDegraded False/%s", c.Reason)
+		f.mustNft(t, "delete", "table", "ip", "kube-proxy")
+		c, took := cond(func(c corev1.NodeCondition) bool {
+			return c.Status == corev1.ConditionTrue && c.Reason == nftdrift.ReasonTableMissing
+		}, 90*time.Second, "KubeProxyDataplaneDegraded True/"+nftdrift.ReasonTableMissing)
+		wantThrough(t, cip, false)
+		t.Logf("FIGURE table wiped → Node condition KubeProxyDataplaneDegraded True/%s in %.1fs (settle grace 30s, resync 2s); kube-proxy's /healthz healthy meanwhile: %s", c.Reason, took.Seconds(), c.Message)
+		f.restart(t)
+		_, took = cond(func(c corev1.NodeCondition) bool { return c.Status == corev1.ConditionFalse }, 60*time.Second, "KubeProxyDataplaneDegraded False again")
+		t.Logf("FIGURE kube-proxy restarted → the condition False again in %.1fs", took.Seconds())
+	})
 	t.Run("black hole: a Local LoadBalancer IP announced here with no local endpoint", func(t *testing.T) {
 		lbIP := netip.MustParseAddr("192.0.2.10")
 		announced := map[netip.Addr]bool{lbIP: true}
