@@ -272,3 +272,16 @@ func TestModulesDisabledFiles(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+// FuzzSetsModulesDisabled: any sysctl.d content is read without panic, and
+// only a line naming the sysctl with the value 1 counts.
+func FuzzSetsModulesDisabled(f *testing.F) {
+	for _, s := range []string{"kernel.modules_disabled = 1\n", "-kernel/modules_disabled=1", "# kernel.modules_disabled = 1", "kernel.modules_disabled=0\nkernel.sysrq=1", "=\n=1\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if setsModulesDisabled(s) && !strings.Contains(strings.ReplaceAll(s, "/", "."), "kernel.modules_disabled") {
+			t.Errorf("%q counted as setting kernel.modules_disabled", s)
+		}
+	})
+}
