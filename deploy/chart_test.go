@@ -140,6 +140,12 @@ var remediationHostPaths = map[string]corev1.HostPathType{
 	"/usr/local/lib/modules-load.d": corev1.HostPathDirectoryOrCreate,
 	"/usr/lib/modules-load.d":       corev1.HostPathDirectoryOrCreate,
 	"/lib/modules-load.d":           corev1.HostPathDirectoryOrCreate,
+	// kmod's modprobe.d, read-only: what keeps a module from loading.
+	"/etc/modprobe.d":           corev1.HostPathDirectoryOrCreate,
+	"/run/modprobe.d":           corev1.HostPathDirectoryOrCreate,
+	"/usr/local/lib/modprobe.d": corev1.HostPathDirectoryOrCreate,
+	"/usr/lib/modprobe.d":       corev1.HostPathDirectoryOrCreate,
+	"/lib/modprobe.d":           corev1.HostPathDirectoryOrCreate,
 }
 
 // reportOnlyHostPaths are the host paths a report-only pod mounts: the
@@ -175,15 +181,16 @@ func bootMounts(reportOnly bool) map[string]bool {
 }
 
 // TestMountsEveryBootDeclaration checks the chart against the reader: every
-// path ScanDeclarations reads is mounted (remediation) or lies under a
-// mounted directory (report-only; /run/modules-load.d, which nothing
-// persists in, aside), so the pod sees what systemd does.
+// path ScanDeclarations and ReadModprobeDirs read is mounted (remediation)
+// or lies under a mounted directory (report-only; /run/modules-load.d and
+// /run/modprobe.d, which nothing persists in, aside), so the pod sees what
+// systemd and kmod do.
 func TestMountsEveryBootDeclaration(t *testing.T) {
-	for _, p := range append([]string{modules.EtcModules}, modules.ModulesLoadDirs...) {
+	for _, p := range slices.Concat([]string{modules.EtcModules}, modules.ModulesLoadDirs, modules.ModprobeDirs) {
 		if _, ok := remediationHostPaths[p]; !ok {
 			t.Errorf("the modules reader reads %s, the remediating chart does not mount it", p)
 		}
-		if p == "/run/modules-load.d" {
+		if p == "/run/modules-load.d" || p == "/run/modprobe.d" {
 			continue
 		}
 		if !slices.ContainsFunc(slices.Collect(maps.Keys(reportOnlyHostPaths)), func(dir string) bool {

@@ -37,11 +37,12 @@ func TestEveryAlertLinksAnExistingRunbook(t *testing.T) {
 	}
 	// Reasons KubeProxyIPVSDegraded can be True with (kube-proxy and ipvs
 	// checks) and KubeProxyDataplaneDegraded (kube-proxy-sync,
-	// ipvs-dataplane and nftables-dataplane checks).
+	// ipvs-dataplane, nftables-dataplane and nftables-prerequisites checks).
 	degraded := []string{"ProxyModeNotIPVS", "KubeIPVS0Missing", "IPVSModuleNotLoaded", "VirtualServerMissing", "NoRealServers", "SchedulerMismatch", "CheckFailed"}
 	degraded = append(degraded, "KubeProxySyncStale", "KubeProxySyncFailing", "KubeProxyCleanupFailing", "KubeProxySyncSlow",
 		"StaleRealServers", "MissingRealServers", "RealServersStuckAtWeightZero",
-		"NFTablesTableMissing", "NFTablesObjectsMissing", "NFTablesServiceIPMissing", "NFTablesServiceRejected", "NFTablesStaleEndpoints", "NFTablesMissingEndpoints")
+		"NFTablesTableMissing", "NFTablesObjectsMissing", "NFTablesServiceIPMissing", "NFTablesServiceRejected", "NFTablesStaleEndpoints", "NFTablesMissingEndpoints",
+		"NFTablesModulesDisabled", "NFTablesModuleNotInKernel", "NFTablesModuleBlocked")
 	// Advisories the ipvs-sysctls alert can carry (pkg/ipvssysctl).
 	advisories := []string{"IPVSConnReuseDelay", "IPVSConnReuseStickyBackend", "IPVSExpireNodestConnOff", "IPVSExpireQuiescentTemplateOff", "IPVSConntrackOff", "IPVSTCPTimeoutBelowKeepalive"}
 	n := 0

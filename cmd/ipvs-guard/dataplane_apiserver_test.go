@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
+	"github.com/ipvs-guard/ipvs-guard/pkg/nftready"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 )
 
@@ -30,6 +33,7 @@ import (
 // `cleanup` removes both.
 func TestRunDataplaneConditionInNFTablesMode(t *testing.T) {
 	s, admin, root, health := startRunFixture(t)
+	shipNFTablesModules(t, root)
 	ctx := context.Background()
 	var stale atomic.Bool
 	var addr string
@@ -115,8 +119,33 @@ func TestRunDataplaneConditionInNFTablesMode(t *testing.T) {
 	})
 	t.Logf("%s: %s/%s: %s", dp, cs[dp].Status, cs[dp].Reason, cs[dp].Message)
 
-	stale.Store(true)
+	// A hardening file blacklists a module kube-proxy's rules need: the
+	// nftables-prerequisites check makes the condition True, naming the
+	// file and the line, and False again once it is gone.
+	blacklist := filepath.Join(root, "etc", "modprobe.d", "harden.conf")
+	if err := os.MkdirAll(filepath.Dir(blacklist), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(blacklist, []byte("blacklist nft_numgen\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
+	cs = waitFor("KubeProxyDataplaneDegraded True/NFTablesModuleBlocked", func(cs map[string]corev1.NodeCondition) bool {
+		return cs[dp].Status == corev1.ConditionTrue && cs[dp].Reason == nftready.ReasonModuleBlocked
+	})
+	t.Logf("blacklist → %s=True in %.1fs: %s", dp, time.Since(start).Seconds(), cs[dp].Message)
+	if want := `nft_numgen, which kube-proxy's nftables rules need, is blocked by "blacklist nft_numgen" in /etc/modprobe.d/harden.conf`; !strings.Contains(cs[dp].Message, want) {
+		t.Errorf("message lacks %q: %q", want, cs[dp].Message)
+	}
+	if err := os.Remove(blacklist); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("KubeProxyDataplaneDegraded False/KubeProxySyncing again", func(cs map[string]corev1.NodeCondition) bool {
+		return cs[dp].Status == corev1.ConditionFalse && cs[dp].Reason == kubeproxy.ReasonSyncing
+	})
+
+	stale.Store(true)
+	start = time.Now()
 	cs = waitFor("KubeProxyDataplaneDegraded True/KubeProxySyncStale", func(cs map[string]corev1.NodeCondition) bool {
 		return cs[dp].Status == corev1.ConditionTrue && cs[dp].Reason == kubeproxy.ReasonSyncStale
 	})

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
+	"github.com/ipvs-guard/ipvs-guard/pkg/nftready"
 )
 
 // runCLI runs the root command with args and returns stdout and the exit code.
@@ -45,6 +47,32 @@ func copyTestTree(t *testing.T, tree string) string {
 		t.Fatal(err)
 	}
 	return dst
+}
+
+// shipNFTablesModules lists in the captured tree's modules.dep the
+// nf_tables modules kube-proxy's nftables rules need that it lacks (the
+// trees hold IPVS's closure only), as a stock kernel ships them: the
+// nftables-prerequisites check then judges a tree whose kernel can run
+// nftables mode.
+func shipNFTablesModules(t *testing.T, root string) {
+	t.Helper()
+	matches, err := filepath.Glob(filepath.Join(root, "lib", "modules", "*", "modules.dep"))
+	if err != nil || len(matches) != 1 {
+		t.Fatalf("modules.dep in %s: %v %v", root, matches, err)
+	}
+	dep, err := os.ReadFile(matches[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var add strings.Builder
+	for _, m := range nftready.NeededModules() {
+		if !strings.Contains(string(dep), "/"+m+".ko:") {
+			fmt.Fprintf(&add, "kernel/net/netfilter/%s.ko:\n", m)
+		}
+	}
+	if err := os.WriteFile(matches[0], append(dep, add.String()...), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestDiagnoseModulesCLI(t *testing.T) {

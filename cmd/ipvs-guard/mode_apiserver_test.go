@@ -24,6 +24,7 @@ import (
 // kube-proxy switched back to ipvs, the modules condition is True again.
 func TestRunNotInIPVSMode(t *testing.T) {
 	s, admin, root, health := startRunFixture(t)
+	shipNFTablesModules(t, root)
 	ctx := context.Background()
 	kp, setMode := fakeKubeProxy(t, "nftables")
 

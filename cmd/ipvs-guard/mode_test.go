@@ -95,6 +95,7 @@ func TestDiagnoseFixNotInIPVSMode(t *testing.T) {
 	for _, mode := range []string{"nftables", "iptables"} {
 		t.Run(mode, func(t *testing.T) {
 			dir := copyTestTree(t, "debian12")
+			shipNFTablesModules(t, dir)
 			addr, set := fakeKubeProxy(t, mode)
 			before := treeSnapshot(t, dir)
 			out, code := runCLI(t, "diagnose", "--root", dir, "--node-name", "n1", "--fix", "-o", "json", "--kube-proxy-metrics-address", addr)
@@ -112,6 +113,7 @@ func TestDiagnoseFixNotInIPVSMode(t *testing.T) {
 					wantCode = 1
 					continue
 				}
+
 				t.Errorf("check %s: %s %s %q; want no problem", c.Name, c.Status, c.Reason, c.Message)
 			}
 			if code != wantCode {

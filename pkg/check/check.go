@@ -40,6 +40,11 @@ const (
 	// NameNFTablesDataplane compares kube-proxy's nftables table with the
 	// Services and EndpointSlices (iptables mode: its chains are present).
 	NameNFTablesDataplane = "nftables-dataplane"
+	// NameNFTablesPrerequisites keeps what the readiness report proved
+	// before the switch true while kube-proxy runs in nftables mode: the
+	// kernel still loads the modules its rules need (module index,
+	// modprobe.d, kernel.modules_disabled), conntrack included.
+	NameNFTablesPrerequisites = "nftables-prerequisites"
 	// NameNFTablesReadiness is the advisory readiness report for kube-proxy's
 	// nftables mode (diagnose --target-mode nftables; the agent's metrics).
 	// It feeds no Node condition.

@@ -138,8 +138,8 @@ type Cluster struct {
 }
 
 // Build returns the checks in report order: modules, kube-proxy,
-// kube-proxy-sync, ipvs,
-// arp-sysctls, arp, ipvs-dataplane, then the advisory checks ipvs-sysctls,
+// kube-proxy-sync, ipvs, arp-sysctls, arp, ipvs-dataplane,
+// nftables-dataplane, nftables-prerequisites, then the advisory checks ipvs-sysctls,
 // conntrack, ipvs-leftovers, and nftables-readiness when TargetMode or
 // ReadinessInterval asks for it. The only I/O it does is the one-shot listing of the
 // cluster for the arp check (Cluster with Dynamic and no View, no
@@ -173,6 +173,9 @@ func Build(ctx context.Context, cfg Config) ([]check.Checker, error) {
 	nftReader := &nftdrift.Reader{}
 	b.add(nftdrift.NewChecker(nftdrift.Config{Read: nftReader.Read, ReadIPTables: nftReader.ReadIPTables, Mode: s.kubeProxy.ProxyMode, Services: s.servicesFunc(),
 		Endpoints: s.endpoints, NodeName: cfg.NodeName, Settle: cfg.Settle, Announced: announcedBy(cfg)}))
+	// What kube-proxy's nftables mode needs of the kernel, kept true
+	// after the switch (docs/design.md §3c): files under --root only.
+	b.add(nftready.NewPrerequisitesChecker(nftready.PrerequisitesConfig{Host: nftready.HostSources(cfg.Root), Mode: s.kubeProxy.ProxyMode}))
 	// The advisory checks (docs/design.md §3b): no Node condition.
 	b.add(ipvssysctl.NewChecker(ipvssysctl.Config{Root: cfg.Root, Timeouts: ipvs.New(cfg.Root), IPVSUse: s.use.Use}), nil)
 	b.add(ipvssysctl.NewConntrackChecker(cfg.Root), nil)

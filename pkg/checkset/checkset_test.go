@@ -23,6 +23,7 @@ import (
 	"github.com/ipvs-guard/ipvs-guard/pkg/clusterview"
 	"github.com/ipvs-guard/ipvs-guard/pkg/hostfs"
 	"github.com/ipvs-guard/ipvs-guard/pkg/ipvs"
+	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/kube/kubetest"
 )
@@ -212,6 +213,13 @@ func TestBuildMigrationChecks(t *testing.T) {
 			}
 			if !slices.Contains(names, check.NameIPVSLeftovers) {
 				t.Errorf("no %s check in %q", check.NameIPVSLeftovers, names)
+			}
+			// The nftables-prerequisites check runs in every command, on
+			// kube-proxy's mode: here its metrics port refuses connections.
+			if i := slices.Index(names, check.NameNFTablesPrerequisites); i < 0 {
+				t.Errorf("no %s check in %q", check.NameNFTablesPrerequisites, names)
+			} else if res, err := checkers[i].Run(context.Background()); err != nil || res.Status != check.StatusSkipped || res.Reason != kubeproxy.ReasonUnreachable {
+				t.Errorf("%s with kube-proxy unreachable: %v %s %s: %s", check.NameNFTablesPrerequisites, err, res.Status, res.Reason, res.Message)
 			}
 			if (readiness != nil) != tt.wantReadiness {
 				t.Fatalf("readiness built = %v, want %v (%q)", readiness != nil, tt.wantReadiness, names)

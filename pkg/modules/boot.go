@@ -69,6 +69,19 @@ func (c *ModprobeConfig) nameBlock(name string) string {
 	return ""
 }
 
+// ReplacesLoading reports whether module name has an install command that
+// replaces loading it (kept, never run), and returns the command; the usual
+// "modprobe --ignore-install <module>" wrapper loads it and does not count.
+// kmod runs a dependency's install command too, so it blocks a module
+// needed only as a dependency, which a blacklist does not.
+func (c *ModprobeConfig) ReplacesLoading(name string) (string, bool) {
+	if c == nil {
+		return "", false
+	}
+	cmd, ok := c.Install[name]
+	return cmd, ok && !ignoresInstall(cmd, name)
+}
+
 // aliasOnly reports whether only a modprobe.d alias keeps module name from
 // loading by its name (no blacklist, no install command): kmod loads a
 // dependency by its modules.dep path, never through an alias, so such a

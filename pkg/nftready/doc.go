@@ -18,4 +18,11 @@
 // with the commands that remove it.
 //
 // Both are advisories: neither feeds a Node condition.
+//
+// While kube-proxy runs in nftables mode, the nftables-prerequisites check
+// keeps the kernel side of the readiness report true: every module
+// kube-proxy's rules need, conntrack included, is loaded or built in, or
+// shipped, not blocked by modprobe.d and not stopped by
+// kernel.modules_disabled, and a loaded one is not blocked for the next
+// boot. It feeds KubeProxyDataplaneDegraded. Both share kernel.go.
 package nftready

@@ -40,8 +40,10 @@ func HostSources(root hostfs.Root) Host {
 			}
 			return strings.TrimSpace(string(b)) == "1", nil
 		},
-		Modprobe: func() (*modules.ModprobeConfig, error) { return modules.ReadModprobeDirs(root) },
-		Loaded:   func() (map[string]bool, error) { return loadedModules(root) },
+		ModulesDisabledBy: func() []string { return modulesDisabledFiles(root) },
+		Modprobe:          func() (*modules.ModprobeConfig, error) { return modules.ReadModprobeDirs(root) },
+		Loaded:            func() (map[string]bool, error) { return loadedModules(root) },
+		BuiltIn:           func() (map[string]bool, error) { return builtinModules(root) },
 		Ships: func() (func(string) bool, error) {
 			rel, err := root.KernelRelease()
 			if err != nil {
@@ -80,14 +82,9 @@ func loadedModules(root hostfs.Root) (map[string]bool, error) {
 	for _, p := range procs {
 		out[p.Name] = true
 	}
-	if rel, err := root.KernelRelease(); err == nil {
-		if b, err := root.ReadFile(path.Join("/lib/modules", rel, "modules.builtin"), limitBuiltin); err == nil {
-			bi, err := modules.ParseModulesBuiltin(strings.NewReader(string(b)))
-			if err == nil {
-				for m := range bi {
-					out[m] = true
-				}
-			}
+	if bi, err := builtinModules(root); err == nil {
+		for m := range bi {
+			out[m] = true
 		}
 	}
 	for _, ms := range ExprModules {
@@ -98,6 +95,24 @@ func loadedModules(root hostfs.Root) (map[string]bool, error) {
 		}
 	}
 	return out, nil
+}
+
+// builtinModules returns the modules built into the running kernel, from
+// its modules.builtin.
+func builtinModules(root hostfs.Root) (map[string]bool, error) {
+	rel, err := root.KernelRelease()
+	if err != nil {
+		return nil, err
+	}
+	b, err := root.ReadFile(path.Join("/lib/modules", rel, "modules.builtin"), limitBuiltin)
+	if err != nil {
+		return nil, err
+	}
+	bi, err := modules.ParseModulesBuiltin(strings.NewReader(string(b)))
+	if err != nil {
+		return nil, fmt.Errorf("reading modules.builtin: %w", err)
+	}
+	return bi, nil
 }
 
 func hostLinks() ([]Link, error) {

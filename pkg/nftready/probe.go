@@ -14,7 +14,8 @@ const (
 	ExprTable = "table"
 	// ExprNATChain is a nat base chain (nft_chain_nat).
 	ExprNATChain = "nat-chain"
-	// ExprCt matches conntrack state (nft_ct).
+	// ExprCt matches conntrack state (nft_ct, and conntrack itself,
+	// nf_conntrack, which it loads as a dependency).
 	ExprCt = "ct"
 	// ExprFib matches "fib daddr type local" (nft_fib, nft_fib_ipv4).
 	ExprFib = "fib"
@@ -42,7 +43,7 @@ var Expressions = []string{ExprTable, ExprNATChain, ExprCt, ExprFib, ExprNumgen,
 var ExprModules = map[string][]string{
 	ExprTable:      {"nf_tables"},
 	ExprNATChain:   {"nft_chain_nat", "nf_nat"},
-	ExprCt:         {"nft_ct"},
+	ExprCt:         {"nft_ct", "nf_conntrack"},
 	ExprFib:        {"nft_fib", "nft_fib_ipv4"},
 	ExprNumgen:     {"nft_numgen"},
 	ExprVerdictMap: {},

@@ -55,11 +55,17 @@ type Host struct {
 	// ModulesDisabled reads kernel.modules_disabled (false when the
 	// kernel has no module support).
 	ModulesDisabled func() (bool, error)
+	// ModulesDisabledBy names the sysctl.d files that set
+	// kernel.modules_disabled to 1 (none when it cannot tell).
+	ModulesDisabledBy func() []string
 	// Modprobe reads modprobe.d (blacklists, install commands).
 	Modprobe func() (*modules.ModprobeConfig, error)
 	// Loaded returns the modules loaded or built in; nil (no error) when
 	// the kernel has no loadable modules at all.
 	Loaded func() (map[string]bool, error)
+	// BuiltIn returns the modules built into the kernel (a blacklist
+	// does not touch them); an error when it cannot tell.
+	BuiltIn func() (map[string]bool, error)
 	// Ships reads the kernel's module index once and returns whether the
 	// kernel ships a module, as a file or built in; nil (no error) when it
 	// cannot tell (no modules.dep).
@@ -204,16 +210,7 @@ func (c *ReadinessChecker) kernel(ctx context.Context, r *report) {
 			loaded = map[string]bool{}
 		}
 	}
-	var missing []string // needed, not loaded or built in
-	if loaded != nil {
-		for _, e := range Expressions {
-			for _, m := range ExprModules[e] {
-				if !loaded[m] && !slices.Contains(missing, m) {
-					missing = append(missing, m)
-				}
-			}
-		}
-	}
+	missing := MissingModules(loaded) // needed, not loaded or built in
 	disabled := false
 	if h.ModulesDisabled != nil {
 		d, err := h.ModulesDisabled()
@@ -224,7 +221,7 @@ func (c *ReadinessChecker) kernel(ctx context.Context, r *report) {
 			disabled = true
 			r.add(KindModulesDisabled, SeverityBlocker, "kernel.modules_disabled",
 				fmt.Sprintf("kernel.modules_disabled is 1, so the kernel cannot load %s, which kube-proxy's nftables rules need", strings.Join(missing, ", ")),
-				check.Step{"kernel.modules_disabled=1 cannot be undone until reboot: load the nf_tables modules before it is set (list them in a modules-load.d file, e.g. /etc/modules-load.d/nftables.conf:", strings.Join(missing, " ") + ")", "or remove the setting from /etc/sysctl.d and reboot."})
+				ModulesDisabledFix(h, missing))
 		case d:
 			r.add(KindModulesDisabled, SeverityInfo, "kernel.modules_disabled", "kernel.modules_disabled is 1, but every nf_tables module kube-proxy needs is already loaded")
 		}
@@ -241,29 +238,16 @@ func (c *ReadinessChecker) kernel(ctx context.Context, r *report) {
 }
 
 // blocked reports the nf_tables modules modprobe.d stops the kernel from
-// loading (a blacklist, which autoloading through an alias honours, or an
-// install command), unless they are loaded already.
+// loading (BlockedModules), unless they are loaded already.
 func (c *ReadinessChecker) blocked(r *report, conf *modules.ModprobeConfig, loaded map[string]bool) {
-	var names []string
-	for _, e := range Expressions {
-		for _, m := range ExprModules[e] {
-			if !slices.Contains(names, m) {
-				names = append(names, m)
-			}
-		}
-	}
-	for _, m := range names {
-		if loaded[m] {
+	for _, b := range BlockedModules(conf) {
+		if loaded[b.Module] {
 			continue
 		}
-		if conf.Blacklist[m] {
-			file := conf.BlacklistFile[m]
-			r.add(KindModuleBlocked, SeverityBlocker, m, fmt.Sprintf("%s is blacklisted in %s, so the kernel does not load it for kube-proxy's nftables rules", m, file),
-				check.Step{fmt.Sprintf("Remove the line \"blacklist %s\" from %s.", m, file)})
-		} else if cmd, ok := conf.Install[m]; ok {
-			file := conf.InstallFile[m]
-			r.add(KindModuleBlocked, SeverityBlocker, m, fmt.Sprintf("%s has \"install %s %s\" in %s, so it is never loaded", m, m, cmd, file),
-				check.Step{fmt.Sprintf("Remove the line \"install %s %s\" from %s.", m, cmd, file)})
+		if b.Install {
+			r.add(KindModuleBlocked, SeverityBlocker, b.Module, fmt.Sprintf("%s has %q in %s, so it is never loaded", b.Module, b.Line, b.File), b.Fix())
+		} else {
+			r.add(KindModuleBlocked, SeverityBlocker, b.Module, fmt.Sprintf("%s is blacklisted in %s, so the kernel does not load it for kube-proxy's nftables rules", b.Module, b.File), b.Fix())
 		}
 	}
 }
@@ -307,22 +291,13 @@ func (c *ReadinessChecker) probe(ctx context.Context, r *report, missing []strin
 // kernel's index says it does not ship is a blocker, the rest is said to be
 // unproven, with why.
 func (c *ReadinessChecker) shipped(r *report, missing []string, why string) {
-	var ships func(string) bool
-	if c.cfg.Host.Ships != nil {
-		ships, _ = c.cfg.Host.Ships()
-	}
-	var absent []string
-	for _, m := range missing {
-		if ships != nil && !ships(m) {
-			absent = append(absent, m)
-		}
-	}
+	absent, known := NotShipped(c.cfg.Host, missing)
 	for _, m := range absent {
 		r.add(KindNFTExpression, SeverityBlocker, m, fmt.Sprintf("the kernel does not ship module %s (neither in modules.dep nor built in), which kube-proxy's nftables rules need", m),
 			check.Step{fmt.Sprintf("Install the distribution's full kernel modules package (it ships %s), or a kernel built with it.", m)})
 	}
 	msg := "kube-proxy's nf_tables expressions not proven by the kernel: " + why
-	if ships != nil && len(absent) == 0 {
+	if known && len(absent) == 0 {
 		msg += "; the kernel's module index lists every module they need"
 	}
 	r.add(KindNFTExpression, SeverityInfo, "", msg)

@@ -143,6 +143,27 @@ func TestReadiness(t *testing.T) {
 				return conf, err
 			}
 		}, wantStatus: check.StatusProblem, want: []wantFinding{{KindModuleBlocked, SeverityBlocker, "nft_numgen"}}, wantInMsg: "/etc/modprobe.d/harden.conf"},
+		// kmod applies a blacklist to the module an alias names, not to
+		// the dependencies it inserts with it.
+		{name: "blacklisted dependency still loads", mod: func(c *ReadinessConfig) {
+			c.Host.Loaded = func() (map[string]bool, error) {
+				m, _ := allLoaded()
+				delete(m, "nf_conntrack")
+				delete(m, "nf_nat")
+				return m, nil
+			}
+			c.MayLoadModules = true
+			c.Host.Modprobe = func() (*modules.ModprobeConfig, error) {
+				return modules.ParseModprobeConfig(strings.NewReader("blacklist nf_conntrack\nblacklist nf_nat\n"))
+			}
+		}, wantStatus: check.StatusOK},
+		{name: "dependency replaced by an install command", mod: func(c *ReadinessConfig) {
+			c.Host.Loaded = func() (map[string]bool, error) { m, _ := allLoaded(); delete(m, "nf_conntrack"); return m, nil }
+			c.MayLoadModules = true
+			c.Host.Modprobe = func() (*modules.ModprobeConfig, error) {
+				return modules.ParseModprobeConfig(strings.NewReader("install nf_conntrack /bin/false\n"))
+			}
+		}, wantStatus: check.StatusProblem, want: []wantFinding{{KindModuleBlocked, SeverityBlocker, "nf_conntrack"}}, wantInMsg: `has "install nf_conntrack /bin/false"`},
 		{name: "modules_disabled with a module missing", mod: func(c *ReadinessConfig) {
 			c.Host.Loaded = func() (map[string]bool, error) { m, _ := allLoaded(); delete(m, "nft_fib_ipv4"); return m, nil }
 			c.Host.ModulesDisabled = func() (bool, error) { return true, nil }

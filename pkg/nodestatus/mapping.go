@@ -37,7 +37,7 @@ func ChecksFor(t ConditionType) []string {
 	case KubeProxyIPVSDegraded:
 		return []string{check.NameKubeProxy, check.NameIPVS}
 	case KubeProxyDataplaneDegraded:
-		return []string{check.NameKubeProxySync, check.NameIPVSDataplane, check.NameNFTablesDataplane}
+		return []string{check.NameKubeProxySync, check.NameIPVSDataplane, check.NameNFTablesDataplane, check.NameNFTablesPrerequisites}
 	case StrictARPDisabled:
 		return []string{check.NameARPSysctls}
 	case LoadBalancerARPFailing:
@@ -63,11 +63,11 @@ func ChecksFor(t ConditionType) []string {
 //     without LoadBalancer IPs.
 //
 // A condition fed by several checks (KubeProxyIPVSDegraded: kube-proxy and
-// ipvs; KubeProxyDataplaneDegraded: kube-proxy-sync, ipvs-dataplane and
-// nftables-dataplane) combines them: the worst status wins (problem > error
-// > ok > skipped > not yet checked); its reason is the first such result's
-// reason (in ChecksFor's order) and its message joins the messages of every
-// result with that status.
+// ipvs; KubeProxyDataplaneDegraded: kube-proxy-sync, ipvs-dataplane,
+// nftables-dataplane and nftables-prerequisites) combines them: the worst
+// status wins (problem > error > ok > skipped > not yet checked); its reason
+// is the first such result's reason (in ChecksFor's order) and its message
+// joins the messages of every result with that status.
 func Conditions(results []check.Result, enabled []string) []Condition {
 	byName := make(map[string]check.Result, len(results))
 	for _, r := range results {

@@ -82,6 +82,30 @@ func TestConditions(t *testing.T) {
 			},
 		},
 		{
+			name:    "nftables mode: a blocked module kube-proxy's rules need makes the data plane degraded, after the table's own findings",
+			enabled: []string{check.NameKubeProxySync, check.NameIPVSDataplane, check.NameNFTablesDataplane, check.NameNFTablesPrerequisites},
+			results: []check.Result{
+				{Name: check.NameIPVSDataplane, Status: check.StatusSkipped, Reason: check.ReasonIPVSNotInUse, Message: "kube-proxy runs in nftables mode, as configured: the IPVS prerequisites do not apply"},
+				{Name: check.NameKubeProxySync, Status: check.StatusOK, Reason: "KubeProxySyncing", Message: "kube-proxy (nftables mode) syncs its rules within its health timeout of 1m0s"},
+				{Name: check.NameNFTablesDataplane, Status: check.StatusOK, Reason: "NFTablesDataplaneMatchesCluster", Message: "kube-proxy's nftables table matches the cluster."},
+				{Name: check.NameNFTablesPrerequisites, Status: check.StatusProblem, Reason: "NFTablesModuleBlocked", Message: `nft_numgen, which kube-proxy's nftables rules need, is blocked by "blacklist nft_numgen" in /etc/modprobe.d/x.conf: it is loaded now, but the kernel will not load it after the next boot.`},
+			},
+			want: []Condition{
+				{Type: KubeProxyDataplaneDegraded, Status: StatusTrue, Reason: "NFTablesModuleBlocked", Message: `nft_numgen, which kube-proxy's nftables rules need, is blocked by "blacklist nft_numgen" in /etc/modprobe.d/x.conf: it is loaded now, but the kernel will not load it after the next boot.`},
+			},
+		},
+		{
+			name:    "IPVS mode: nftables-prerequisites skipped does not hide the IPVS data plane's verdict",
+			enabled: []string{check.NameIPVSDataplane, check.NameNFTablesPrerequisites},
+			results: []check.Result{
+				{Name: check.NameIPVSDataplane, Status: check.StatusOK, Reason: "IPVSDataplaneMatchesCluster", Message: "the IPVS table matches the cluster."},
+				{Name: check.NameNFTablesPrerequisites, Status: check.StatusSkipped, Reason: "NFTablesNotInUse", Message: "kube-proxy runs in ipvs mode: the nftables prerequisites do not apply"},
+			},
+			want: []Condition{
+				{Type: KubeProxyDataplaneDegraded, Status: StatusFalse, Reason: "IPVSDataplaneMatchesCluster", Message: "the IPVS table matches the cluster."},
+			},
+		},
+		{
 			name:    "kube-proxy and ipvs combine, worst wins",
 			enabled: []string{check.NameKubeProxy, check.NameIPVS},
 			results: []check.Result{

@@ -78,6 +78,20 @@ lib-modules-load-d: /lib/modules-load.d
 {{- end }}
 
 {{/*
+The modprobe.d directories kmod reads (pkg/modules.ModprobeDirs), mounted
+read-only with remediation: the blacklists and install commands that keep a
+module from loading (the modules check, nftables-prerequisites). Report-only
+sees them under its read-only /etc, /lib, /usr/lib and /usr/local/lib.
+*/}}
+{{- define "ipvs-guard.modprobeDirs" -}}
+etc-modprobe-d: /etc/modprobe.d
+run-modprobe-d: /run/modprobe.d
+usr-local-lib-modprobe-d: /usr/local/lib/modprobe.d
+usr-lib-modprobe-d: /usr/lib/modprobe.d
+lib-modprobe-d: /lib/modprobe.d
+{{- end }}
+
+{{/*
 A listen address host:port for the agent's flags: the given IP, else the
 node's IP ($(HOST_IP), expanded by the kubelet from status.hostIP; the
 binary brackets an IPv6 one). Call with (list bindAddress port).
