@@ -254,7 +254,7 @@ func (c *cluster) nodeAddressConflict(t *testing.T) {
 	if ip != cp.IP {
 		t.Fatalf("MetalLB assigned %s, want cp's InternalIP %s", ip, cp.IP)
 	}
-	announcer := c.waitStableAnnouncer("cpsvc")
+	announcer, seen := c.waitStableAnnouncerSeen("cpsvc")
 	probers := c.waitProbers(ip, announcer)
 	d := c.expectFailing(probers, clusterview.ReasonLBIPConflict, func(string) []string {
 		return []string{ip.String() + " is the LoadBalancer IP of Service default/cpsvc and the InternalIP of node cp"}
@@ -270,9 +270,14 @@ func (c *cluster) nodeAddressConflict(t *testing.T) {
 	writes := w.stop()
 	c.figure("LoadBalancer IP = a node's InternalIP: agent Node writes, cluster-wide", "%s (probers %v)", writes, probers)
 	// Until ServiceL2Status names the announcer the IP is sharded without
-	// one, and cp's own kernel answers at once: those k nodes are the IP's
-	// probers for that while, and may name the conflict before handing it on.
-	c.expectWriters(t, writes, probers, c.shardProbers(ip, "")...)
+	// one (and while MetalLB settles, by each announcer it names), and cp's
+	// own kernel answers at once: those nodes are the IP's probers for that
+	// while, and may name the conflict before handing it on.
+	var mayAlso []string
+	for _, a := range seen {
+		mayAlso = append(mayAlso, c.shardProbers(ip, a)...)
+	}
+	c.expectWriters(t, writes, probers, mayAlso...)
 
 	c.deleteService("cpsvc", ip)
 	if err := metallbtest.DeleteL2Advertisement(c.ctx, c.dyn, "l2-cp"); err != nil {

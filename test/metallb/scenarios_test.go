@@ -364,16 +364,30 @@ func (c *cluster) failover(t *testing.T, ip netip.Addr, old string) string {
 // waitStableAnnouncer waits until ServiceL2Status names the same node for 5 s.
 func (c *cluster) waitStableAnnouncer(svc string) string {
 	c.t.Helper()
+	node, _ := c.waitStableAnnouncerSeen(svc)
+	return node
+}
+
+// waitStableAnnouncerSeen is waitStableAnnouncer that also returns every
+// node ServiceL2Status named on the way ("" for none): MetalLB may elect one
+// speaker and then another while a new IP settles, and each announcer's
+// probers may publish for the IP meanwhile.
+func (c *cluster) waitStableAnnouncerSeen(svc string) (string, []string) {
+	c.t.Helper()
 	var node string
+	seen := []string{""}
 	since := time.Now()
 	c.waitFor(svc+"'s announcer stays put for 5s", waitLong, func() (bool, string) {
 		n := c.l2Status(svc)
 		if n != node {
 			node, since = n, time.Now()
 		}
+		if !slices.Contains(seen, n) {
+			seen = append(seen, n)
+		}
 		return node != "" && time.Since(since) > 5*time.Second, "announcer " + node
 	})
-	return node
+	return node, seen
 }
 
 // advertisementExcludes narrows the L2Advertisement so it excludes the node
