@@ -269,7 +269,11 @@ func (c *cluster) expectWriters(t *testing.T, w *nodeWrites, probers []string, m
 		}
 	}
 	if len(others) > 1 {
-		t.Errorf("nodes %v, no probers of the IP (%v), wrote their Node", others, probers)
+		var what []string
+		for _, n := range others {
+			what = append(what, fmt.Sprintf("%s: %s", n, strings.Join(w.what[n], "; ")))
+		}
+		t.Errorf("nodes %v, no probers of the IP (%v), wrote their Node:\n%s", others, probers, strings.Join(what, "\n"))
 	}
 }
 
@@ -316,8 +320,10 @@ func setNetworkUnavailable(n *corev1.Node, s corev1.ConditionStatus) {
 type nodeWrites struct {
 	mu     sync.Mutex
 	byNode map[string]int
-	w      watch.Interface
-	done   chan struct{}
+	// what says what each node's writes changed, for a failure's message.
+	what map[string][]string
+	w    watch.Interface
+	done chan struct{}
 }
 
 func (n *nodeWrites) String() string {
@@ -350,14 +356,16 @@ func (c *cluster) watchNodeWrites() *nodeWrites {
 		c.t.Fatal(err)
 	}
 	last := map[string]string{}
+	lastNode := map[string]*corev1.Node{}
 	for i := range list.Items {
 		last[list.Items[i].Name] = agentState(&list.Items[i])
+		lastNode[list.Items[i].Name] = &list.Items[i]
 	}
 	w, err := c.kube.CoreV1().Nodes().Watch(c.ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	nw := &nodeWrites{byNode: map[string]int{}, w: w, done: make(chan struct{})}
+	nw := &nodeWrites{byNode: map[string]int{}, what: map[string][]string{}, w: w, done: make(chan struct{})}
 	go func() {
 		defer close(nw.done)
 		for ev := range w.ResultChan() {
@@ -367,15 +375,40 @@ func (c *cluster) watchNodeWrites() *nodeWrites {
 			}
 			key := agentState(n)
 			prev, seen := last[n.Name]
-			last[n.Name] = key
+			before := lastNode[n.Name]
+			last[n.Name], lastNode[n.Name] = key, n
 			if ev.Type == watch.Modified && seen && prev != key {
 				nw.mu.Lock()
 				nw.byNode[n.Name]++
+				nw.what[n.Name] = append(nw.what[n.Name], agentChange(before, n))
 				nw.mu.Unlock()
 			}
 		}
 	}()
 	return nw
+}
+
+// agentChange says what of the agent's state changed from a to b.
+func agentChange(a, b *corev1.Node) string {
+	var out []string
+	for _, cb := range b.Status.Conditions {
+		var ca corev1.NodeCondition
+		for _, c := range a.Status.Conditions {
+			if c.Type == cb.Type {
+				ca = c
+			}
+		}
+		if ca.Status != cb.Status || ca.Reason != cb.Reason || ca.Message != cb.Message {
+			switch cb.Type {
+			case "IPVSModulesMissing", "KubeProxyIPVSDegraded", "KubeProxyDataplaneDegraded", "StrictARPDisabled", "LoadBalancerARPFailing":
+				out = append(out, fmt.Sprintf("%s %s/%s→%s/%s %q", cb.Type, ca.Status, ca.Reason, cb.Status, cb.Reason, cb.Message))
+			}
+		}
+	}
+	if a.Annotations["ipvs-guard.io/macs"] != b.Annotations["ipvs-guard.io/macs"] {
+		out = append(out, "the MACs annotation")
+	}
+	return strings.Join(out, ", ")
 }
 
 // agentState is what ipvs-guard's agent writes on its Node: its four
