@@ -4,6 +4,7 @@ package kubeproxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -173,4 +174,34 @@ func orIPVS(m string) string {
 		return ModeIPVS
 	}
 	return m
+}
+
+// LastMode reads kube-proxy's mode and keeps the last one it reported: a
+// kube-proxy that stops answering (stopped, hung) has not changed its mode,
+// and what it programmed is then what matters most. The checks that judge
+// what kube-proxy programmed in a mode hold one each. Callers serialise its
+// use.
+type LastMode struct {
+	// Read returns the mode kube-proxy reports (Client.ProxyMode).
+	Read func(ctx context.Context) (string, error)
+	last string
+}
+
+// Mode returns the mode kube-proxy reports, or the last one it reported
+// while it does not answer. An error wrapping ErrUnreachable (its port
+// refuses connections: no kube-proxy to judge) forgets the last mode.
+func (m *LastMode) Mode(ctx context.Context) (string, error) {
+	mode, err := m.Read(ctx)
+	switch {
+	case errors.Is(err, ErrUnreachable):
+		m.last = ""
+		return "", err
+	case err == nil:
+		m.last = mode
+		return mode, nil
+	case m.last != "" && ctx.Err() == nil:
+		klog.FromContext(ctx).V(2).Info("kube-proxy does not answer; judging the mode it last reported", "mode", m.last, "err", err)
+		return m.last, nil
+	}
+	return "", fmt.Errorf("reading kube-proxy's mode: %w", err)
 }

@@ -196,3 +196,31 @@ func TestUseResolverFallback(t *testing.T) {
 		t.Errorf("gone after ipvs: %+v", u)
 	}
 }
+
+// TestLastMode: the mode kube-proxy last reported stands while it does not
+// answer, and goes when its port refuses connections.
+func TestLastMode(t *testing.T) {
+	var answer string
+	var fail error
+	m := &LastMode{Read: func(context.Context) (string, error) { return answer, fail }}
+	steps := []struct {
+		answer  string
+		fail    error
+		want    string
+		wantErr error
+	}{
+		{fail: ErrNotAnswering, wantErr: ErrNotAnswering}, // nothing reported yet
+		{answer: ModeNFTables, want: ModeNFTables},
+		{fail: ErrNotAnswering, want: ModeNFTables},
+		{fail: ErrUnreachable, wantErr: ErrUnreachable},
+		{fail: ErrNotAnswering, wantErr: ErrNotAnswering}, // forgotten
+		{answer: ModeIPVS, want: ModeIPVS},
+	}
+	for i, s := range steps {
+		answer, fail = s.answer, s.fail
+		got, err := m.Mode(context.Background())
+		if got != s.want || (s.wantErr == nil) != (err == nil) || (s.wantErr != nil && !errors.Is(err, s.wantErr)) {
+			t.Errorf("step %d: %q, %v; want %q, %v", i, got, err, s.want, s.wantErr)
+		}
+	}
+}

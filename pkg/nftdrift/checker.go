@@ -89,10 +89,9 @@ type Checker struct {
 	// view lays the reads of named Services over the shared full read of
 	// EndpointSlices, to confirm findings (nil without Endpoints).
 	view *ipvsdrift.EndpointView
-	// lastMode is the mode kube-proxy last reported: a kube-proxy that
-	// stops answering (stopped, hung) has not changed its mode, and its
-	// table is then what matters most.
-	lastMode string
+	// mode is kube-proxy's mode, the last one it reported while it does
+	// not answer.
+	mode kubeproxy.LastMode
 }
 
 var _ check.Checker = (*Checker)(nil)
@@ -105,7 +104,7 @@ func NewChecker(cfg Config) (*Checker, error) {
 	if cfg.Settle != nil {
 		cfg.Settle = &check.Settler{Grace: cfg.Settle.Grace, Clock: cfg.Settle.Clock}
 	}
-	c := &Checker{cfg: cfg}
+	c := &Checker{cfg: cfg, mode: kubeproxy.LastMode{Read: cfg.Mode}}
 	if cfg.Endpoints != nil {
 		c.view = ipvsdrift.NewEndpointView(cfg.Endpoints)
 	}
@@ -121,19 +120,12 @@ const maxNamed = 3
 // Run implements check.Checker.
 func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	logger := klog.FromContext(ctx).WithValues("check", check.NameNFTablesDataplane)
-	mode, err := c.cfg.Mode(ctx)
+	mode, err := c.mode.Mode(klog.NewContext(ctx, logger))
 	if errors.Is(err, kubeproxy.ErrUnreachable) {
-		c.lastMode = ""
 		return check.Skipped(c.Name(), ReasonUnreachable, "kube-proxy's metrics port refuses connections: its mode is unknown, its nftables table is not judged"), nil
 	}
-	switch {
-	case err == nil:
-		c.lastMode = mode
-	case c.lastMode != "" && ctx.Err() == nil:
-		logger.V(2).Info("kube-proxy does not answer; judging its table in the mode it last reported", "mode", c.lastMode, "err", err)
-		mode = c.lastMode
-	default:
-		return check.Result{}, fmt.Errorf("reading kube-proxy's mode: %w", err)
+	if err != nil {
+		return check.Result{}, err
 	}
 	if mode == kubeproxy.ModeIPTables && c.cfg.ReadIPTables != nil {
 		return c.runIPTables(ctx, logger)

@@ -94,9 +94,9 @@ type PrerequisitesConfig struct {
 // the next boot.
 type PrerequisitesChecker struct {
 	cfg PrerequisitesConfig
-	// lastMode is the mode kube-proxy last reported: a kube-proxy that
-	// stops answering has not changed its mode.
-	lastMode string
+	// mode is kube-proxy's mode, the last one it reported while it does
+	// not answer.
+	mode kubeproxy.LastMode
 }
 
 var _ check.Checker = (*PrerequisitesChecker)(nil)
@@ -106,7 +106,7 @@ func NewPrerequisitesChecker(cfg PrerequisitesConfig) (*PrerequisitesChecker, er
 	if cfg.Mode == nil {
 		return nil, errors.New("nftables-prerequisites checker: Mode is required")
 	}
-	return &PrerequisitesChecker{cfg: cfg}, nil
+	return &PrerequisitesChecker{cfg: cfg, mode: kubeproxy.LastMode{Read: cfg.Mode}}, nil
 }
 
 // Name implements check.Checker.
@@ -115,19 +115,12 @@ func (c *PrerequisitesChecker) Name() string { return check.NameNFTablesPrerequi
 // Run implements check.Checker.
 func (c *PrerequisitesChecker) Run(ctx context.Context) (check.Result, error) {
 	logger := klog.FromContext(ctx).WithValues("check", c.Name())
-	mode, err := c.cfg.Mode(ctx)
+	mode, err := c.mode.Mode(klog.NewContext(ctx, logger))
 	if errors.Is(err, kubeproxy.ErrUnreachable) {
-		c.lastMode = ""
 		return check.Skipped(c.Name(), kubeproxy.ReasonUnreachable, "kube-proxy's metrics port refuses connections: its mode is unknown, the nftables prerequisites are not judged"), nil
 	}
-	switch {
-	case err == nil:
-		c.lastMode = mode
-	case c.lastMode != "" && ctx.Err() == nil:
-		logger.V(2).Info("kube-proxy does not answer; judging the prerequisites of the mode it last reported", "mode", c.lastMode, "err", err)
-		mode = c.lastMode
-	default:
-		return check.Result{}, fmt.Errorf("reading kube-proxy's mode: %w", err)
+	if err != nil {
+		return check.Result{}, err
 	}
 	if mode != kubeproxy.ModeNFTables {
 		return check.Skipped(c.Name(), ReasonPrerequisitesNotNFTables, fmt.Sprintf("kube-proxy runs in %s mode: the nftables prerequisites do not apply", mode)), nil
