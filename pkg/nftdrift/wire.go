@@ -97,19 +97,27 @@ func decodeSet(b []byte) (setInfo, string, error) {
 
 // decodeChain returns a NEWCHAIN message's table and chain names.
 func decodeChain(b []byte) (table, name string, err error) {
-	err = attrs(b, func(typ uint16, d []byte) error {
-		switch typ {
-		case unix.NFTA_CHAIN_TABLE:
-			table = cstring(d)
-		case unix.NFTA_CHAIN_NAME:
-			name = cstring(d)
-		}
-		return nil
-	})
+	table, name, err = tableAnd(b, unix.NFTA_CHAIN_TABLE, unix.NFTA_CHAIN_NAME)
 	if err == nil && name == "" {
 		err = errors.New("a chain without a name")
 	}
 	return table, name, err
+}
+
+// tableAnd returns the strings of two attributes of a message: its table's
+// name (attribute table) and the name of attribute other.
+func tableAnd(b []byte, table, other uint16) (string, string, error) {
+	var t, o string
+	err := attrs(b, func(typ uint16, d []byte) error {
+		switch typ {
+		case table:
+			t = cstring(d)
+		case other:
+			o = cstring(d)
+		}
+		return nil
+	})
+	return t, o, err
 }
 
 // decodeTableHandle returns a NEWTABLE message's handle.
@@ -139,30 +147,12 @@ func decodeTableName(b []byte) (string, error) {
 // decodeRuleChain returns a NEWRULE or DELRULE message's table and chain,
 // decoding no expression.
 func decodeRuleChain(b []byte) (table, chain string, err error) {
-	err = attrs(b, func(typ uint16, d []byte) error {
-		switch typ {
-		case unix.NFTA_RULE_TABLE:
-			table = cstring(d)
-		case unix.NFTA_RULE_CHAIN:
-			chain = cstring(d)
-		}
-		return nil
-	})
-	return table, chain, err
+	return tableAnd(b, unix.NFTA_RULE_TABLE, unix.NFTA_RULE_CHAIN)
 }
 
 // decodeElemList returns a NEWSETELEM or DELSETELEM message's table and set.
 func decodeElemList(b []byte) (table, set string, err error) {
-	err = attrs(b, func(typ uint16, d []byte) error {
-		switch typ {
-		case unix.NFTA_SET_ELEM_LIST_TABLE:
-			table = cstring(d)
-		case unix.NFTA_SET_ELEM_LIST_SET:
-			set = cstring(d)
-		}
-		return nil
-	})
-	return table, set, err
+	return tableAnd(b, unix.NFTA_SET_ELEM_LIST_TABLE, unix.NFTA_SET_ELEM_LIST_SET)
 }
 
 // decodeGen returns a NEWGEN message's generation.
