@@ -75,12 +75,15 @@ func main() {
 		maxRSS = flag.Float64("max-rss-mib", 0, "scale: fail when an agent's RSS exceeds this (0: no limit)")
 		heap   = flag.String("heap-profile", "", "scale: save agent 0's heap profile (pprof) to this file after the window")
 		keep   = flag.Bool("keep", false, "scale: keep the work directory (API server, audit and agent logs) also when the run passes")
+		mode   = flag.String("proxy-mode", "ipvs", "scale: the agents' kube-proxy: ipvs (none runs; the agents' host trees are IPVS nodes) or nftables (the real kube-proxy in nftables mode, in the private network namespace hack/bench-scale.sh -proxy-mode nftables runs the bench in)")
+		kpBin  = flag.String("kube-proxy", "", "scale, -proxy-mode nftables: the kube-proxy binary")
 	)
 	flag.Parse()
 	trialSpacing = *spacing
 	if *scale {
 		if err := runScale(scaleOptions{binary: *binary, hostTree: *hostTree, nodes: *nodes, services: *services, agents: *agents,
-			churnPerSecond: *churn, window: *window, statusPeriod: *status, maxRSSMiB: *maxRSS, keep: *keep, heapProfile: *heap}); err != nil {
+			churnPerSecond: *churn, window: *window, statusPeriod: *status, maxRSSMiB: *maxRSS, keep: *keep, heapProfile: *heap,
+			proxyMode: *mode, kubeProxy: *kpBin}); err != nil {
 			fmt.Fprintln(os.Stderr, "error:", err)
 			os.Exit(1)
 		}

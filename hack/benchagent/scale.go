@@ -43,6 +43,8 @@ type scaleOptions struct {
 	heapProfile      string // where to save agent 0's heap profile after the window
 	profileAddr      string // where agent 0 serves /debug/pprof (with heapProfile)
 	peersFlag        string // the agents' --peers-service argument
+	proxyMode        string // the agents' kube-proxy: ipvs (none runs) or nftables (the real kube-proxy)
+	kubeProxy        string // the kube-proxy binary (nftables mode)
 }
 
 // scaleAuditPolicy records every write; Node metadata patches with their
@@ -75,6 +77,9 @@ rules:
 // agents, and fails when an agent wrote its Node during churn or its RSS
 // exceeded maxRSSMiB.
 func runScale(o scaleOptions) (err error) {
+	if err := validateProxyMode(o); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	work, err := os.MkdirTemp("", "bench-scale-")
@@ -111,6 +116,18 @@ func runScale(o scaleOptions) (err error) {
 		return err
 	}
 
+	server := []int{apiPID, etcdPID}
+	if o.proxyMode == proxyModeNFTables {
+		// Started before the baseline: its watches and reads are in both
+		// windows, and only the agents' difference is reported.
+		kp, err := startKubeProxy(ctx, o.kubeProxy, s.Kubeconfig, work, o.services)
+		defer kp.stop()
+		if err != nil {
+			return err
+		}
+		server = append(server, kp.pid())
+	}
+
 	go heartbeats(ctx, admin, o.nodes, o.statusPeriod)
 	ch := &churner{cs: admin, next: o.services}
 	go ch.run(ctx, o.churnPerSecond)
@@ -118,7 +135,7 @@ func runScale(o scaleOptions) (err error) {
 	fmt.Printf("\nbaseline: %d simulated kubelets (status every %s), churn %.1f Services/s (create + delete + endpoint scale-up each), no agent\n",
 		o.nodes, o.statusPeriod, o.churnPerSecond)
 	churn0, churnT0 := ch.done.Load(), time.Now()
-	base, err := measure(ctx, admin, s.AuditLog, o.window, []int{apiPID, etcdPID}, nil)
+	base, err := measure(ctx, admin, s.AuditLog, o.window, server, nil)
 	if err != nil {
 		return err
 	}
@@ -149,6 +166,9 @@ func runScale(o scaleOptions) (err error) {
 		return err
 	}
 	fmt.Printf("%d agents started; every condition False on their Nodes after %s\n", o.agents, time.Since(t0).Round(time.Second))
+	if err := printConditions(ctx, admin, simNode(0)); err != nil {
+		return err
+	}
 	time.Sleep(15 * time.Second) // first resyncs, MAC annotations, Events settle
 
 	var pids []int
@@ -156,7 +176,7 @@ func runScale(o scaleOptions) (err error) {
 		pids = append(pids, a.Process.Pid)
 	}
 	churn0, churnT0 = ch.done.Load(), time.Now()
-	with, err := measure(ctx, admin, s.AuditLog, o.window, []int{apiPID, etcdPID}, pids)
+	with, err := measure(ctx, admin, s.AuditLog, o.window, server, pids)
 	if err != nil {
 		return err
 	}
@@ -173,7 +193,10 @@ func runScale(o scaleOptions) (err error) {
 		return fmt.Errorf("after the churn window: %w", err)
 	}
 	fmt.Printf("churn achieved in the window with agents: %.2f Services/s (each: one created, one deleted, one EndpointSlice scaled)\n", float64(ch.done.Load()-churn0)/time.Since(churnT0).Seconds())
-	if err := reportFullComparison(ctx, s.AdminConfig(), o.churnPerSecond); err != nil {
+	if err := printConditions(ctx, admin, simNode(0)); err != nil {
+		return err
+	}
+	if err := reportFullComparison(ctx, s.AdminConfig(), o.churnPerSecond, o.proxyMode); err != nil {
 		return err
 	}
 	return report(o, base, with)
@@ -513,7 +536,8 @@ type sample struct {
 	macValues            []string // the distinct annotation values they wrote
 	watchEvents          map[string]float64
 	watchBytes           map[string]float64
-	cpuMillicores        []float64 // per pid of the measured processes (api, etcd)
+	cpuMillicores        []float64 // per pid of the measured processes (api, etcd, kube-proxy in nftables mode)
+	serverRSS            []float64 // MiB, per pid of the measured processes
 	agentCPU, agentRSS   []float64 // millicores, MiB, per agent
 	agentAnon, agentFile []float64 // MiB per agent: RSS of anonymous memory (heap, stacks) and of mapped files (the binary)
 }
@@ -542,6 +566,8 @@ func measure(ctx context.Context, cs kubernetes.Interface, auditLog string, wind
 		mc := float64(t1-t0[i]) / 100 / d.Seconds() * 1000
 		if i < len(server) {
 			out.cpuMillicores = append(out.cpuMillicores, mc)
+			rss, _ := rssKiB(p)
+			out.serverRSS = append(out.serverRSS, float64(rss)/1024)
 		} else {
 			rss, _ := rssKiB(p)
 			out.agentCPU = append(out.agentCPU, mc)
@@ -728,7 +754,8 @@ func stats(xs []float64) (avg, maxv float64) {
 
 func report(o scaleOptions, base, with sample) error {
 	perHour := func(v float64, d time.Duration) float64 { return v * float64(time.Hour) / float64(d) }
-	fmt.Printf("\nwindow %s each; per agent per hour = (with agents - baseline) / agents, extrapolated to an hour\n", with.window.Round(time.Second))
+	fmt.Printf("\nkube-proxy mode: %s\n", o.proxyMode)
+	fmt.Printf("window %s each; per agent per hour = (with agents - baseline) / agents, extrapolated to an hour\n", with.window.Round(time.Second))
 	var kinds []string
 	for k := range with.watchEvents {
 		kinds = append(kinds, k)
@@ -765,6 +792,10 @@ func report(o scaleOptions, base, with sample) error {
 	apiBase, apiWith := base.cpuMillicores[0]+base.cpuMillicores[1], with.cpuMillicores[0]+with.cpuMillicores[1]
 	fmt.Printf("  kube-apiserver + etcd CPU: %.0f millicores baseline, %.0f with %d agents => %.1f millicores per agent\n",
 		apiBase, apiWith, o.agents, (apiWith-apiBase)/float64(o.agents))
+	if len(with.cpuMillicores) > 2 {
+		fmt.Printf("  kube-proxy (nftables mode, sim-0000's, read by every agent): CPU %.0f millicores baseline, %.0f with the agents; RSS %.1f MiB\n",
+			base.cpuMillicores[2], with.cpuMillicores[2], with.serverRSS[2])
+	}
 	var failed []string
 	if len(with.nodeWrites) > 0 {
 		failed = append(failed, fmt.Sprintf("agents wrote their Node conditions %d times during churn: %v", len(with.nodeWrites), with.nodeWrites))
@@ -811,4 +842,22 @@ sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.def
 func (r *arpResponder) close() {
 	_ = exec.Command("ip", "link", "del", r.host).Run()
 	_ = exec.Command("ip", "netns", "del", r.ns).Run()
+}
+
+// printConditions prints the agent-owned conditions of a Node: their
+// reasons say which checks ran (an nftables node's kube-proxy-sync and
+// nftables-dataplane verdicts, not "not in use").
+func printConditions(ctx context.Context, cs kubernetes.Interface, node string) error {
+	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s's conditions:\n", node)
+	for _, c := range n.Status.Conditions {
+		switch c.Type {
+		case "IPVSModulesMissing", "KubeProxyIPVSDegraded", "KubeProxyDataplaneDegraded", "StrictARPDisabled", "LoadBalancerARPFailing":
+			fmt.Printf("  %s=%s %s: %.300s\n", c.Type, c.Status, c.Reason, c.Message)
+		}
+	}
+	return nil
 }
