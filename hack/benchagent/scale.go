@@ -36,6 +36,7 @@ type scaleOptions struct {
 	nodes, services  int
 	agents           int
 	churnPerSecond   float64
+	rolloutPerSecond float64 // endpoints replaced on long-lived Services per second (0: none)
 	window           time.Duration
 	statusPeriod     time.Duration
 	maxRSSMiB        float64
@@ -131,6 +132,7 @@ func runScale(o scaleOptions) (err error) {
 	go heartbeats(ctx, admin, o.nodes, o.statusPeriod)
 	ch := &churner{cs: admin, next: o.services}
 	go ch.run(ctx, o.churnPerSecond)
+	go ch.rollouts(ctx, o.rolloutPerSecond, o.services)
 
 	fmt.Printf("\nbaseline: %d simulated kubelets (status every %s), churn %.1f Services/s (create + delete + endpoint scale-up each), no agent\n",
 		o.nodes, o.statusPeriod, o.churnPerSecond)
@@ -193,6 +195,9 @@ func runScale(o scaleOptions) (err error) {
 		return fmt.Errorf("after the churn window: %w", err)
 	}
 	fmt.Printf("churn achieved in the window with agents: %.2f Services/s (each: one created, one deleted, one EndpointSlice scaled)\n", float64(ch.done.Load()-churn0)/time.Since(churnT0).Seconds())
+	if o.rolloutPerSecond > 0 {
+		fmt.Printf("rollouts: %d endpoints of long-lived Services replaced since the start\n", ch.rolled.Load())
+	}
 	if err := printConditions(ctx, admin, simNode(0)); err != nil {
 		return err
 	}
@@ -434,6 +439,7 @@ type churner struct {
 	cs           kubernetes.Interface
 	oldest, next int
 	done         atomic.Int64 // churn steps completed
+	rolled       atomic.Int64 // endpoints replaced by rollouts
 }
 
 func (c *churner) run(ctx context.Context, rate float64) {
@@ -458,6 +464,34 @@ func (c *churner) run(ctx context.Context, rate float64) {
 		c.oldest++
 		c.next++
 		c.done.Add(1)
+	}
+}
+
+// rollouts replaces, rate times a second, the endpoint of a long-lived
+// Service (its pod replaced, as a rollout does): unlike the churn's
+// scale-up, whose Service is deleted a second later, the change stays, so a
+// data-plane check that compares kube-proxy's table with an older read of
+// the EndpointSlices sees it until its next read. The Services chosen are
+// about half the cluster younger than the oldest, never deleted within the
+// run.
+func (c *churner) rollouts(ctx context.Context, rate float64, services int) {
+	if rate <= 0 {
+		return
+	}
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer tick.Stop()
+	for k := 0; ; k++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		name := svcName(int(c.done.Load()) + services/2 + k%(services/4+1))
+		patch := fmt.Sprintf(`[{"op":"replace","path":"/endpoints/0/addresses","value":[%q]}]`, endpoint(300000 + k).Addresses[0])
+		if _, err := c.cs.DiscoveryV1().EndpointSlices("default").Patch(ctx, name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{}); err != nil && ctx.Err() == nil {
+			fmt.Fprintln(os.Stderr, "rollout:", err)
+		}
+		c.rolled.Add(1)
 	}
 }
 
