@@ -507,6 +507,14 @@ func startAgents(o scaleOptions, s *apiservertest.Server, work string) ([]*exec.
 		if _, err := makeHealthy(root); err != nil {
 			return out, err
 		}
+		if o.proxyMode == proxyModeNFTables {
+			// The node's configuration agrees with the kube-proxy that
+			// answers (the agent falls back on it while kube-proxy does
+			// not answer).
+			if err := writeAtomic(filepath.Join(root, "etc/rancher/rke2/config.yaml"), "kube-proxy-arg:\n  - proxy-mode=nftables\n"); err != nil {
+				return out, err
+			}
+		}
 		health := []string{"--health-probe-bind-address", "0"}
 		if i == 0 && o.heapProfile != "" {
 			health = []string{"--health-probe-bind-address", o.profileAddr, "--profiling"}
