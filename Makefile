@@ -74,6 +74,11 @@ test-bench-smoke:
 bench-scale:
 	hack/bench-scale.sh
 
+## bench-scale-nftables: the same with the agents' kube-proxy in nftables mode (the real kube-proxy, its table read by every agent), in a private network namespace
+.PHONY: bench-scale-nftables
+bench-scale-nftables:
+	hack/bench-scale.sh -proxy-mode nftables
+
 ## bench-agent: drift-to-condition latency, idle RSS/CPU with 1,000 LoadBalancer Services, API writes at steady state
 .PHONY: bench-agent
 bench-agent:

@@ -6,7 +6,8 @@
 # synthetic uevents) and the API server; the guest benches boot the guest kernel under QEMU.
 #
 # Usage: hack/bench-smoke.sh [host|guest|metallb|all]   (default all)
-#   host:  bench-diagnose, bench-memory, bench-hostile, bench-agent (and --netns), bench-scale,
+#   host:  bench-diagnose, bench-memory, bench-hostile, bench-agent (and --netns), bench-scale (and
+#          in nftables mode),
 #          bench-arp (about 4 min on 2 cores with the caches warm, bench-arp's fixed rounds 2 of them)
 #   guest: bench-guest's module-loading benchmarks, once under TCG (bench-ipvs: see below)
 #   metallb: bench-metallb (already one round: `hack/metallb/test.sh --bench`)
@@ -41,6 +42,7 @@ if [ "$which" = host ] || [ "$which" = all ]; then
 	smoke bench-agent hack/bench-agent.sh -services 20 -trials 1 -idle 3s -spacing 100ms
 	smoke bench-agent-netns hack/bench-agent.sh --netns -services 50 -trials 1 -idle 3s -spacing 100ms
 	smoke bench-scale hack/bench-scale.sh -nodes 10 -services 20 -agents 2 -window 5s -status-period 5s
+	smoke bench-scale-nftables hack/bench-scale.sh -proxy-mode nftables -nodes 10 -services 20 -agents 2 -window 5s -status-period 5s
 	smoke bench-arp hack/bench-arp.sh
 fi
 if [ "$which" = guest ] || [ "$which" = all ]; then

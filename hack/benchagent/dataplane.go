@@ -52,7 +52,10 @@ func (b countingBody) Read(p []byte) (int, error) {
 // over host trees without one, so they make none), and states its reads per
 // agent per hour against kube-proxy's S' + E' + 12 on the same node (E':
 // three EndpointSlice changes per churned Service, created, scaled, deleted).
-func reportFullComparison(ctx context.Context, cfg *rest.Config, churnPerSecond float64) error {
+// In nftables mode the agents make this read themselves (the
+// nftables-dataplane check shares the reader), and it is in their counted
+// reads too.
+func reportFullComparison(ctx context.Context, cfg *rest.Config, churnPerSecond float64, proxyMode string) error {
 	cfg = rest.CopyConfig(cfg)
 	cfg.ContentType = runtime.ContentTypeProtobuf
 	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
@@ -81,7 +84,11 @@ func reportFullComparison(ctx context.Context, cfg *rest.Config, churnPerSecond 
 	ePrime := 3 * churnPerSecond * 3600
 	fullPerHour := 12 * reqs
 	confirmPerHour := 60 + math.Ceil(ePrime/50)
-	fmt.Printf("\nipvs-dataplane full comparison (each agent with an IPVS table, every %s; these host trees have none):\n", ipvsdrift.FullComparisonPeriod)
+	if proxyMode == proxyModeNFTables {
+		fmt.Printf("\nfull EndpointSlice read of the data-plane checks (every %s; in nftables mode the agents make it themselves: counted in their reads above):\n", ipvsdrift.FullComparisonPeriod)
+	} else {
+		fmt.Printf("\nipvs-dataplane full comparison (each agent with an IPVS table, every %s; these host trees have none):\n", ipvsdrift.FullComparisonPeriod)
+	}
 	fmt.Printf("  one full read (pages of %d): %d Services' EndpointSlices in %.0f LIST request(s), %.0f KiB, %s\n", ipvsdrift.PageSize, len(all), reqs, float64(ct.bytes.Load())/1024, took.Round(time.Millisecond))
 	fmt.Printf("  agent memory for it: %.1f MiB allocated by the read (transient: the decoded list), %.1f MiB kept (the summary)\n",
 		float64(m1.TotalAlloc-m0.TotalAlloc)/(1<<20), kept)

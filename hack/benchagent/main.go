@@ -66,21 +66,25 @@ func main() {
 		spacing  = flag.Duration("spacing", time.Second, "pause after each latency trial")
 		resync   = flag.Duration("resync-period", time.Minute, "the agent's --resync-period (short: ARP rounds run back to back)")
 
-		scale  = flag.Bool("scale", false, "the scale run instead: simulated nodes, churn, many agents (hack/bench-scale.sh)")
-		nodes  = flag.Int("nodes", 1000, "scale: simulated Nodes")
-		agents = flag.Int("agents", 20, "scale: real agents, on the first nodes")
-		churn  = flag.Float64("churn", 1, "scale: Services created (and as many deleted and scaled) per second")
-		window = flag.Duration("window", 2*time.Minute, "scale: each measurement window (baseline, then with agents)")
-		status = flag.Duration("status-period", 5*time.Minute, "scale: each simulated kubelet's node status report period")
-		maxRSS = flag.Float64("max-rss-mib", 0, "scale: fail when an agent's RSS exceeds this (0: no limit)")
-		heap   = flag.String("heap-profile", "", "scale: save agent 0's heap profile (pprof) to this file after the window")
-		keep   = flag.Bool("keep", false, "scale: keep the work directory (API server, audit and agent logs) also when the run passes")
+		scale   = flag.Bool("scale", false, "the scale run instead: simulated nodes, churn, many agents (hack/bench-scale.sh)")
+		nodes   = flag.Int("nodes", 1000, "scale: simulated Nodes")
+		agents  = flag.Int("agents", 20, "scale: real agents, on the first nodes")
+		churn   = flag.Float64("churn", 1, "scale: Services created (and as many deleted and scaled) per second")
+		window  = flag.Duration("window", 2*time.Minute, "scale: each measurement window (baseline, then with agents)")
+		status  = flag.Duration("status-period", 5*time.Minute, "scale: each simulated kubelet's node status report period")
+		maxRSS  = flag.Float64("max-rss-mib", 0, "scale: fail when an agent's RSS exceeds this (0: no limit)")
+		heap    = flag.String("heap-profile", "", "scale: save agent 0's heap profile (pprof) to this file after the window")
+		keep    = flag.Bool("keep", false, "scale: keep the work directory (API server, audit and agent logs) also when the run passes")
+		rollout = flag.Float64("rollouts", 0, "scale: besides the churn, endpoints of long-lived Services replaced per second (a rollout's pods: the change stays, unlike the churn's scale-up of a Service deleted a second later)")
+		mode    = flag.String("proxy-mode", "ipvs", "scale: the agents' kube-proxy: ipvs (none runs; the agents' host trees are IPVS nodes) or nftables (the real kube-proxy in nftables mode, in the private network namespace hack/bench-scale.sh -proxy-mode nftables runs the bench in)")
+		kpBin   = flag.String("kube-proxy", "", "scale, -proxy-mode nftables: the kube-proxy binary")
 	)
 	flag.Parse()
 	trialSpacing = *spacing
 	if *scale {
 		if err := runScale(scaleOptions{binary: *binary, hostTree: *hostTree, nodes: *nodes, services: *services, agents: *agents,
-			churnPerSecond: *churn, window: *window, statusPeriod: *status, maxRSSMiB: *maxRSS, keep: *keep, heapProfile: *heap}); err != nil {
+			churnPerSecond: *churn, window: *window, statusPeriod: *status, maxRSSMiB: *maxRSS, keep: *keep, heapProfile: *heap,
+			proxyMode: *mode, kubeProxy: *kpBin, rolloutPerSecond: *rollout}); err != nil {
 			fmt.Fprintln(os.Stderr, "error:", err)
 			os.Exit(1)
 		}

@@ -36,6 +36,7 @@ type scaleOptions struct {
 	nodes, services  int
 	agents           int
 	churnPerSecond   float64
+	rolloutPerSecond float64 // endpoints replaced on long-lived Services per second (0: none)
 	window           time.Duration
 	statusPeriod     time.Duration
 	maxRSSMiB        float64
@@ -43,6 +44,8 @@ type scaleOptions struct {
 	heapProfile      string // where to save agent 0's heap profile after the window
 	profileAddr      string // where agent 0 serves /debug/pprof (with heapProfile)
 	peersFlag        string // the agents' --peers-service argument
+	proxyMode        string // the agents' kube-proxy: ipvs (none runs) or nftables (the real kube-proxy)
+	kubeProxy        string // the kube-proxy binary (nftables mode)
 }
 
 // scaleAuditPolicy records every write; Node metadata patches with their
@@ -75,6 +78,9 @@ rules:
 // agents, and fails when an agent wrote its Node during churn or its RSS
 // exceeded maxRSSMiB.
 func runScale(o scaleOptions) (err error) {
+	if err := validateProxyMode(o); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	work, err := os.MkdirTemp("", "bench-scale-")
@@ -111,14 +117,27 @@ func runScale(o scaleOptions) (err error) {
 		return err
 	}
 
+	server := []int{apiPID, etcdPID}
+	if o.proxyMode == proxyModeNFTables {
+		// Started before the baseline: its watches and reads are in both
+		// windows, and only the agents' difference is reported.
+		kp, err := startKubeProxy(ctx, o.kubeProxy, s.Kubeconfig, work, o.services)
+		defer kp.stop()
+		if err != nil {
+			return err
+		}
+		server = append(server, kp.pid())
+	}
+
 	go heartbeats(ctx, admin, o.nodes, o.statusPeriod)
 	ch := &churner{cs: admin, next: o.services}
 	go ch.run(ctx, o.churnPerSecond)
+	go ch.rollouts(ctx, o.rolloutPerSecond, o.services)
 
 	fmt.Printf("\nbaseline: %d simulated kubelets (status every %s), churn %.1f Services/s (create + delete + endpoint scale-up each), no agent\n",
 		o.nodes, o.statusPeriod, o.churnPerSecond)
 	churn0, churnT0 := ch.done.Load(), time.Now()
-	base, err := measure(ctx, admin, s.AuditLog, o.window, []int{apiPID, etcdPID}, nil)
+	base, err := measure(ctx, admin, s.AuditLog, o.window, server, nil)
 	if err != nil {
 		return err
 	}
@@ -149,6 +168,9 @@ func runScale(o scaleOptions) (err error) {
 		return err
 	}
 	fmt.Printf("%d agents started; every condition False on their Nodes after %s\n", o.agents, time.Since(t0).Round(time.Second))
+	if err := printConditions(ctx, admin, simNode(0)); err != nil {
+		return err
+	}
 	time.Sleep(15 * time.Second) // first resyncs, MAC annotations, Events settle
 
 	var pids []int
@@ -156,7 +178,7 @@ func runScale(o scaleOptions) (err error) {
 		pids = append(pids, a.Process.Pid)
 	}
 	churn0, churnT0 = ch.done.Load(), time.Now()
-	with, err := measure(ctx, admin, s.AuditLog, o.window, []int{apiPID, etcdPID}, pids)
+	with, err := measure(ctx, admin, s.AuditLog, o.window, server, pids)
 	if err != nil {
 		return err
 	}
@@ -173,7 +195,13 @@ func runScale(o scaleOptions) (err error) {
 		return fmt.Errorf("after the churn window: %w", err)
 	}
 	fmt.Printf("churn achieved in the window with agents: %.2f Services/s (each: one created, one deleted, one EndpointSlice scaled)\n", float64(ch.done.Load()-churn0)/time.Since(churnT0).Seconds())
-	if err := reportFullComparison(ctx, s.AdminConfig(), o.churnPerSecond); err != nil {
+	if o.rolloutPerSecond > 0 {
+		fmt.Printf("rollouts: %d endpoints of long-lived Services replaced since the start\n", ch.rolled.Load())
+	}
+	if err := printConditions(ctx, admin, simNode(0)); err != nil {
+		return err
+	}
+	if err := reportFullComparison(ctx, s.AdminConfig(), o.churnPerSecond, o.proxyMode); err != nil {
 		return err
 	}
 	return report(o, base, with)
@@ -411,6 +439,7 @@ type churner struct {
 	cs           kubernetes.Interface
 	oldest, next int
 	done         atomic.Int64 // churn steps completed
+	rolled       atomic.Int64 // endpoints replaced by rollouts
 }
 
 func (c *churner) run(ctx context.Context, rate float64) {
@@ -438,6 +467,34 @@ func (c *churner) run(ctx context.Context, rate float64) {
 	}
 }
 
+// rollouts replaces, rate times a second, the endpoint of a long-lived
+// Service (its pod replaced, as a rollout does): unlike the churn's
+// scale-up, whose Service is deleted a second later, the change stays, so a
+// data-plane check that compares kube-proxy's table with an older read of
+// the EndpointSlices sees it until its next read. The Services chosen are
+// about half the cluster younger than the oldest, never deleted within the
+// run.
+func (c *churner) rollouts(ctx context.Context, rate float64, services int) {
+	if rate <= 0 {
+		return
+	}
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer tick.Stop()
+	for k := 0; ; k++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		name := svcName(int(c.done.Load()) + services/2 + k%(services/4+1))
+		patch := fmt.Sprintf(`[{"op":"replace","path":"/endpoints/0/addresses","value":[%q]}]`, endpoint(300000 + k).Addresses[0])
+		if _, err := c.cs.DiscoveryV1().EndpointSlices("default").Patch(ctx, name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{}); err != nil && ctx.Err() == nil {
+			fmt.Fprintln(os.Stderr, "rollout:", err)
+		}
+		c.rolled.Add(1)
+	}
+}
+
 // startAgents starts o.agents `ipvs-guard run` processes on sim-0000…, each
 // over its own healthy copy of the host tree.
 func startAgents(o scaleOptions, s *apiservertest.Server, work string) ([]*exec.Cmd, error) {
@@ -449,6 +506,14 @@ func startAgents(o scaleOptions, s *apiservertest.Server, work string) ([]*exec.
 		}
 		if _, err := makeHealthy(root); err != nil {
 			return out, err
+		}
+		if o.proxyMode == proxyModeNFTables {
+			// The node's configuration agrees with the kube-proxy that
+			// answers (the agent falls back on it while kube-proxy does
+			// not answer).
+			if err := writeAtomic(filepath.Join(root, "etc/rancher/rke2/config.yaml"), "kube-proxy-arg:\n  - proxy-mode=nftables\n"); err != nil {
+				return out, err
+			}
 		}
 		health := []string{"--health-probe-bind-address", "0"}
 		if i == 0 && o.heapProfile != "" {
@@ -513,7 +578,8 @@ type sample struct {
 	macValues            []string // the distinct annotation values they wrote
 	watchEvents          map[string]float64
 	watchBytes           map[string]float64
-	cpuMillicores        []float64 // per pid of the measured processes (api, etcd)
+	cpuMillicores        []float64 // per pid of the measured processes (api, etcd, kube-proxy in nftables mode)
+	serverRSS            []float64 // MiB, per pid of the measured processes
 	agentCPU, agentRSS   []float64 // millicores, MiB, per agent
 	agentAnon, agentFile []float64 // MiB per agent: RSS of anonymous memory (heap, stacks) and of mapped files (the binary)
 }
@@ -542,6 +608,8 @@ func measure(ctx context.Context, cs kubernetes.Interface, auditLog string, wind
 		mc := float64(t1-t0[i]) / 100 / d.Seconds() * 1000
 		if i < len(server) {
 			out.cpuMillicores = append(out.cpuMillicores, mc)
+			rss, _ := rssKiB(p)
+			out.serverRSS = append(out.serverRSS, float64(rss)/1024)
 		} else {
 			rss, _ := rssKiB(p)
 			out.agentCPU = append(out.agentCPU, mc)
@@ -728,7 +796,8 @@ func stats(xs []float64) (avg, maxv float64) {
 
 func report(o scaleOptions, base, with sample) error {
 	perHour := func(v float64, d time.Duration) float64 { return v * float64(time.Hour) / float64(d) }
-	fmt.Printf("\nwindow %s each; per agent per hour = (with agents - baseline) / agents, extrapolated to an hour\n", with.window.Round(time.Second))
+	fmt.Printf("\nkube-proxy mode: %s\n", o.proxyMode)
+	fmt.Printf("window %s each; per agent per hour = (with agents - baseline) / agents, extrapolated to an hour\n", with.window.Round(time.Second))
 	var kinds []string
 	for k := range with.watchEvents {
 		kinds = append(kinds, k)
@@ -765,6 +834,10 @@ func report(o scaleOptions, base, with sample) error {
 	apiBase, apiWith := base.cpuMillicores[0]+base.cpuMillicores[1], with.cpuMillicores[0]+with.cpuMillicores[1]
 	fmt.Printf("  kube-apiserver + etcd CPU: %.0f millicores baseline, %.0f with %d agents => %.1f millicores per agent\n",
 		apiBase, apiWith, o.agents, (apiWith-apiBase)/float64(o.agents))
+	if len(with.cpuMillicores) > 2 {
+		fmt.Printf("  kube-proxy (nftables mode, sim-0000's, read by every agent): CPU %.0f millicores baseline, %.0f with the agents; RSS %.1f MiB\n",
+			base.cpuMillicores[2], with.cpuMillicores[2], with.serverRSS[2])
+	}
 	var failed []string
 	if len(with.nodeWrites) > 0 {
 		failed = append(failed, fmt.Sprintf("agents wrote their Node conditions %d times during churn: %v", len(with.nodeWrites), with.nodeWrites))
@@ -811,4 +884,22 @@ sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.def
 func (r *arpResponder) close() {
 	_ = exec.Command("ip", "link", "del", r.host).Run()
 	_ = exec.Command("ip", "netns", "del", r.ns).Run()
+}
+
+// printConditions prints the agent-owned conditions of a Node: their
+// reasons say which checks ran (an nftables node's kube-proxy-sync and
+// nftables-dataplane verdicts, not "not in use").
+func printConditions(ctx context.Context, cs kubernetes.Interface, node string) error {
+	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s's conditions:\n", node)
+	for _, c := range n.Status.Conditions {
+		switch c.Type {
+		case "IPVSModulesMissing", "KubeProxyIPVSDegraded", "KubeProxyDataplaneDegraded", "StrictARPDisabled", "LoadBalancerARPFailing":
+			fmt.Printf("  %s=%s %s: %.300s\n", c.Type, c.Status, c.Reason, c.Message)
+		}
+	}
+	return nil
 }

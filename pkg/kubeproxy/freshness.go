@@ -565,6 +565,16 @@ func (c *SyncChecker) silentStall(ctx context.Context, err error) *check.Result 
 	if answered.IsZero() || oldest.IsZero() || now.Sub(oldest) < timeout {
 		return nil
 	}
+	// In IPVS mode kube-proxy resyncs every family every sync period, so a
+	// last sync a timeout old is a stall. In nftables and iptables mode
+	// (kube-proxy 1.37.1's runner: maxInterval proxyutil.FullSyncPeriod, an
+	// hour) a family syncs only when something changes: an idle one (IPv6
+	// in an IPv4-only cluster) has synced last at kube-proxy's start, and a
+	// single request that timed out would read as a stall. There the
+	// silence itself must last the health timeout.
+	if mode != ModeIPVS && now.Sub(answered) < timeout {
+		return nil
+	}
 	key := "silent@" + oldest.Format(time.RFC3339Nano)
 	d := fr.detectedAt(map[string]time.Duration{key: now.Sub(oldest)})[key]
 	var findings []check.Finding

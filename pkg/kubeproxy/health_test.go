@@ -197,3 +197,41 @@ func TestSyncSlowIgnoresSilence(t *testing.T) {
 	run(20*time.Second, 2, 15.2, ReasonSyncing)  // 15 s, of which the stop
 	run(40*time.Second, 3, 27.2, ReasonSyncSlow) // 12 s, kube-proxy answering throughout
 }
+
+// TestSilentStallIdleFamilyNFTables: in nftables mode an idle family last
+// synced at kube-proxy's start (kube-proxy 1.37.1 resyncs it hourly), so a
+// request that timed out moments after kube-proxy answered is no stall; a
+// silence of a whole health timeout is.
+func TestSilentStallIdleFamilyNFTables(t *testing.T) {
+	now := time.Now()
+	answered := now.Add(-5 * time.Second)
+	for _, tc := range []struct {
+		name  string
+		mode  string
+		at    time.Time
+		stall bool
+	}{
+		{"nftables, silent 5s of a 60s timeout", ModeNFTables, now, false},
+		{"iptables, silent 5s of a 60s timeout", ModeIPTables, now, false},
+		{"nftables, silent a whole timeout", ModeNFTables, answered.Add(61 * time.Second), true},
+		{"ipvs: every family resyncs every sync period, the old one is a stall", ModeIPVS, now, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			at := tc.at
+			c, err := NewSyncChecker(SyncCheckerConfig{Client: NewClient("127.0.0.1:1", time.Second), Now: func() time.Time { return at }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.fresh.remember(answered, tc.mode, time.Minute, []SyncVerdict{
+				{Family: "IPv4", Sync: FamilySync{LastSync: answered.Add(-time.Second)}},
+				{Family: "IPv6", Sync: FamilySync{LastSync: now.Add(-6 * time.Minute)}}})
+			res := c.silentStall(context.Background(), ErrNotAnswering)
+			if (res != nil) != tc.stall {
+				t.Fatalf("stall = %v (%+v), want %v", res != nil, res, tc.stall)
+			}
+			if res != nil && res.Reason != ReasonSyncStale {
+				t.Fatalf("reason %s, want %s", res.Reason, ReasonSyncStale)
+			}
+		})
+	}
+}
