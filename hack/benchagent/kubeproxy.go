@@ -91,7 +91,7 @@ func startKubeProxy(ctx context.Context, bin, kubeconfig, work string, services 
 		case mode != proxyModeNFTables:
 			return kp, fmt.Errorf("kube-proxy reports mode %q, want nftables", mode)
 		default:
-			tables, err := nftdrift.Reader{}.Read()
+			tables, err := (&nftdrift.Reader{NoFeed: true}).Read()
 			if err != nil {
 				return kp, err
 			}
