@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipvs-guard/ipvs-guard/internal/hosttreetest"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
-	"github.com/ipvs-guard/ipvs-guard/pkg/nftready"
 )
 
 // runCLI runs the root command with args and returns stdout and the exit code.
@@ -56,21 +55,7 @@ func copyTestTree(t *testing.T, tree string) string {
 // nftables mode.
 func shipNFTablesModules(t *testing.T, root string) {
 	t.Helper()
-	matches, err := filepath.Glob(filepath.Join(root, "lib", "modules", "*", "modules.dep"))
-	if err != nil || len(matches) != 1 {
-		t.Fatalf("modules.dep in %s: %v %v", root, matches, err)
-	}
-	dep, err := os.ReadFile(matches[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var add strings.Builder
-	for _, m := range nftready.NeededModules() {
-		if !strings.Contains(string(dep), "/"+m+".ko:") {
-			fmt.Fprintf(&add, "kernel/net/netfilter/%s.ko:\n", m)
-		}
-	}
-	if err := os.WriteFile(matches[0], append(dep, add.String()...), 0o644); err != nil {
+	if err := hosttreetest.ShipNFTables(root, false); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ipvs-guard/ipvs-guard/internal/apiservertest"
+	"github.com/ipvs-guard/ipvs-guard/internal/hosttreetest"
 	"github.com/ipvs-guard/ipvs-guard/internal/peerstest"
 	"github.com/ipvs-guard/ipvs-guard/pkg/nodestatus"
 )
@@ -512,6 +513,9 @@ func startAgents(o scaleOptions, s *apiservertest.Server, work string) ([]*exec.
 			// answers (the agent falls back on it while kube-proxy does
 			// not answer).
 			if err := writeAtomic(filepath.Join(root, "etc/rancher/rke2/config.yaml"), "kube-proxy-arg:\n  - proxy-mode=nftables\n"); err != nil {
+				return out, err
+			}
+			if err := hosttreetest.ShipNFTables(root, true); err != nil {
 				return out, err
 			}
 		}
