@@ -132,7 +132,7 @@ const usage = "## Installing\n\n" +
 	"`/var/lib/rancher/rke2/bin/ctr --address /run/k3s/containerd/containerd.sock -n k8s.io images import <file>`;\n" +
 	"then install with `--set image.pullPolicy=Never` (or `IfNotPresent`, the default, which finds it).\n\n" +
 	"The agent runs on every node with the host network and only the capabilities it needs: `NET_ADMIN`\n" +
-	"(IPVS netlink), `NET_RAW` (ARP probes) and, when `remediation.enabled` (the default), `SYS_MODULE` and a\n" +
+	"(IPVS netlink, nf_tables' change feed), `NET_RAW` (ARP probes) and, when `remediation.enabled` (the default), `SYS_MODULE` and a\n" +
 	"writable host mount of `/etc/modules-load.d`. `/lib/modules`, Debian's `/etc/modules` and every other\n" +
 	"modules-load.d directory systemd reads are mounted read-only at their host paths, so the agent sees what\n" +
 	"the host loads at boot (Debian's `modules.conf -> ../modules` link resolves as on the host; with\n" +
