@@ -137,17 +137,22 @@ func (r *Reader) Read() ([]Table, error) {
 	if r.feed == nil && r.feedErr == nil && !r.NoFeed {
 		r.feed, r.feedErr = r.join()
 	}
-	c, err := r.dialRaw()
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
 	if r.feed != nil && r.fams != nil && time.Since(r.fullAt) < fullReadPeriod {
 		evs, overflow, err := r.feed.drain()
 		if err == nil && overflow {
 			r.stats.Overflows++
 		}
+		if err == nil && !overflow && len(evs) == 0 {
+			// Nothing committed since: no request at all.
+			r.stats.Unchanged++
+			return r.tables(), nil
+		}
 		if err == nil && !overflow {
+			c, err := r.dialRaw()
+			if err != nil {
+				return nil, err
+			}
+			defer c.Close()
 			changed, full, err := r.follow(c, evs)
 			if err == nil && !full {
 				if changed {
@@ -161,6 +166,11 @@ func (r *Reader) Read() ([]Table, error) {
 		// A gap in the feed, kube-proxy's table made again, or a request
 		// that failed: everything is read again.
 	}
+	c, err := r.dialRaw()
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
 	if r.feed == nil && r.fams != nil {
 		if gen, err := c.gen(); err == nil && gen == r.gen {
 			r.stats.Unchanged++
