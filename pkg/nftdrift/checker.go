@@ -117,6 +117,19 @@ func (c *Checker) Name() string { return check.NameNFTablesDataplane }
 // maxNamed bounds the findings a message names.
 const maxNamed = 3
 
+// named renders the first maxNamed findings for a message, and says when
+// there are more.
+func named(found []Finding) []string {
+	var parts []string
+	for i, f := range found {
+		if i == maxNamed {
+			return append(parts, "and more (ipvs-guard diagnose lists them)")
+		}
+		parts = append(parts, f.String())
+	}
+	return parts
+}
+
 // Run implements check.Checker.
 func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 	logger := klog.FromContext(ctx).WithValues("check", check.NameNFTablesDataplane)
@@ -189,14 +202,7 @@ func (c *Checker) Run(ctx context.Context) (check.Result, error) {
 			}
 		}
 	}
-	var parts []string
-	for i, f := range found {
-		if i == maxNamed {
-			parts = append(parts, "and more (ipvs-guard diagnose lists them)")
-			break
-		}
-		parts = append(parts, f.String())
-	}
+	parts := named(found)
 	holes := 0
 	for _, f := range found {
 		if f.Kind == KindBlackHole {
@@ -250,14 +256,7 @@ func (c *Checker) runIPTables(ctx context.Context, logger klog.Logger) (check.Re
 		return res, nil
 	}
 	res.Status, res.Reason = check.StatusProblem, ReasonIPTablesChainsMissing
-	var parts []string
-	for i, f := range found {
-		if i == maxNamed {
-			parts = append(parts, "and more (ipvs-guard diagnose lists them)")
-			break
-		}
-		parts = append(parts, f.String())
-	}
+	parts := named(found)
 	res.Message = strings.Join(parts, "; ") + ": kube-proxy's canary should make it rewrite its rules within its sync period; it has not"
 	res.Remediation = check.Steps("restart kube-proxy on this node (RKE2: `crictl rm -f $(crictl ps -q --name kube-proxy)`; kubeadm: delete its kube-proxy pod): it rewrites its rules at start",
 		"if a firewall reload flushes the ruleset (firewalld FlushAllOnReload, `nft flush ruleset`, `iptables -F`), keep it from touching kube-proxy's chains")
