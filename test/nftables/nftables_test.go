@@ -160,10 +160,17 @@ func (f *fixture) mustNft(t *testing.T, args ...string) {
 
 func (f *fixture) waitDrift(t *testing.T, what string, within time.Duration, ok func(check.Result) bool) (check.Result, time.Duration) {
 	t.Helper()
+	return waitCheck(t, f.drift, what, within, ok)
+}
+
+// waitCheck runs c every 200 ms until ok holds of its result, and returns
+// that result and how long it took; it fails t after within.
+func waitCheck(t *testing.T, c check.Checker, what string, within time.Duration, ok func(check.Result) bool) (check.Result, time.Duration) {
+	t.Helper()
 	start := time.Now()
 	var last check.Result
 	for time.Since(start) < within {
-		r, err := f.drift.Run(context.Background())
+		r, err := c.Run(context.Background())
 		if err == nil {
 			last = r
 			if ok(r) {

@@ -94,19 +94,7 @@ func TestKubeProxyIPTables(t *testing.T) {
 	}
 	wait := func(what string, within time.Duration, ok func(check.Result) bool) (check.Result, time.Duration) {
 		t.Helper()
-		start := time.Now()
-		var last check.Result
-		for time.Since(start) < within {
-			if r, err := c.Run(ctx); err == nil {
-				last = r
-				if ok(r) {
-					return r, time.Since(start)
-				}
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		t.Fatalf("%s: never within %s; last %s/%s: %s", what, within, last.Status, last.Reason, last.Message)
-		return last, 0
+		return waitCheck(t, c, what, within, ok)
 	}
 	r, took := wait("kube-proxy's chains present", 60*time.Second, func(r check.Result) bool { return r.Reason == nftdrift.ReasonIPTablesOK })
 	t.Logf("kube-proxy in iptables mode; chains present after %.1fs: %s", took.Seconds(), r.Message)
