@@ -17,7 +17,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipvs-guard/ipvs-guard/pkg/check"
 	"github.com/ipvs-guard/ipvs-guard/pkg/kubeproxy"
@@ -83,17 +82,7 @@ func TestRunDataplaneConditionInNFTablesMode(t *testing.T) {
 	}
 	defer stopRun()
 
-	conditions := func() map[string]corev1.NodeCondition {
-		n, err := admin.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]corev1.NodeCondition{}
-		for _, c := range n.Status.Conditions {
-			out[string(c.Type)] = c
-		}
-		return out
-	}
+	conditions := func() map[string]corev1.NodeCondition { return nodeConditions(t, admin) }
 	waitFor := func(what string, ok func(map[string]corev1.NodeCondition) bool) map[string]corev1.NodeCondition {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)

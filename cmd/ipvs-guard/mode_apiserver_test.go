@@ -47,17 +47,7 @@ func TestRunNotInIPVSMode(t *testing.T) {
 		}
 	}()
 
-	conditions := func() map[string]corev1.NodeCondition {
-		n, err := admin.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]corev1.NodeCondition{}
-		for _, c := range n.Status.Conditions {
-			out[string(c.Type)] = c
-		}
-		return out
-	}
+	conditions := func() map[string]corev1.NodeCondition { return nodeConditions(t, admin) }
 	events := func() int {
 		list, err := admin.EventsV1().Events("default").List(ctx, metav1.ListOptions{})
 		if err != nil {

@@ -95,6 +95,20 @@ func TestRunPublishesAndStopsOnSignal(t *testing.T) {
 	}
 }
 
+// nodeConditions returns node-a's conditions by type.
+func nodeConditions(t *testing.T, admin kubernetes.Interface) map[string]corev1.NodeCondition {
+	t.Helper()
+	n, err := admin.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]corev1.NodeCondition{}
+	for _, c := range n.Status.Conditions {
+		out[string(c.Type)] = c
+	}
+	return out
+}
+
 // startRunFixture starts a real API server with a Node node-a, copies the
 // captured debian12 host tree for --root, and picks a free loopback address
 // for the agent's health and metrics server.
